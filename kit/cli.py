@@ -1,0 +1,109 @@
+"""The `kit` command line: click only. Parse, dispatch to kit.commands.<verb>, map errors to exit codes.
+
+Verb modules are imported lazily so `kit --help` stays fast (no docker-py, spython or requests).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from typing import Any
+
+import click
+
+from kit import __version__
+from kit.errors import ExitCode, KitError
+
+# verb -> (module under kit.commands, one-line help). Order is the order in --help.
+VERBS: dict[str, tuple[str, str]] = {
+    "plan": ("plan", "Size a model: GPUs, nodes, TP/PP and KV-cache room."),
+    "pull": ("pull", "Pull a vLLM image (Docker image or Apptainer SIF) and record its digest."),
+    "build": ("build", "Build kit's images from containers/ (GPU or CPU engine)."),
+    "up": ("up", "Start this node's container: Ray head/worker or an mp-backend node."),
+    "serve": ("serve", "Start `vllm serve` on the cluster and wait until it is healthy."),
+    "status": ("status", "Show the cluster's containers and the Ray view of its nodes."),
+    "logs": ("logs", "Show (or follow) a node container's logs."),
+    "query": ("query", "Send OpenAI-style requests to the server: models and a chat."),
+    "verify": ("verify", "Prove the cluster is right: GPUs, versions, NCCL transport, bandwidth."),
+    "diagnose": ("diagnose", "Classify known failure lines and NCCL transports in log files."),
+    "down": ("down", "Remove every container and network of the cluster."),
+    "slurm": ("slurm", "Write (and optionally submit) an sbatch launcher from the same plan."),
+    "demo": ("demo", "Run the local demo: a 2-node CPU cluster serving a tiny model."),
+    "config": ("config", "Show the resolved configuration and where each value came from."),
+}
+
+EXIT_CODES_HELP = "\b\nExit codes:\n" + "\n".join(
+    f"  {int(code):>3}  {code.name.lower().replace('_', ' ')}" for code in ExitCode
+)
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(VERBS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in VERBS:
+            return None
+        module = importlib.import_module(f"kit.commands.{VERBS[cmd_name][0]}")
+        command: click.Command = module.command
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Use the static table so --help imports no verb module.
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, text) for name, (_, text) in VERBS.items()])
+
+
+@click.group(cls=LazyGroup, epilog=EXIT_CODES_HELP, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="kit")
+def cli() -> None:
+    """kit: multi-node vLLM serving made boring.
+
+    \b
+    Typical cluster bring-up (one command per node):
+      kit pull                                  # image + digest, on every node
+      kit up --head                             # on the head node
+      kit up --worker --head-address HEAD_IP    # on every other node
+      kit serve && kit query                    # on the head
+      kit verify                                # prove GPUs, versions, NCCL transport
+    Configuration: ./kit.yaml (or --config / KIT_CONFIG); see `kit config show`.
+    """
+
+
+def _wants_json(argv: list[str]) -> bool:
+    return "--json" in argv
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        cli.main(args=args, prog_name="kit", standalone_mode=False)
+    except KitError as err:
+        _report(err, as_json=_wants_json(args))
+        sys.exit(int(err.exit_code))
+    except click.exceptions.Abort:
+        click.echo("kit: interrupted", err=True)
+        sys.exit(int(ExitCode.INTERRUPTED))
+    except KeyboardInterrupt:
+        click.echo("kit: interrupted", err=True)
+        sys.exit(int(ExitCode.INTERRUPTED))
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(int(ExitCode.USAGE) if isinstance(exc, click.UsageError) else exc.exit_code)
+    sys.exit(0)
+
+
+def _report(err: KitError, *, as_json: bool) -> None:
+    if as_json:
+        payload: dict[str, Any] = {"ok": False, "error": err.to_dict()}
+        click.echo(json.dumps(payload, indent=2))
+        return
+    line = f"kit: error: {err.message}"
+    if err.hint:
+        line += f" (fix: {err.hint})"
+    click.echo(line, err=True)
+    for detail in err.details:
+        click.echo(f"  | {detail}", err=True)

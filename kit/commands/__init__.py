@@ -1,0 +1,1 @@
+"""One module per verb; each defines `command`, a click.Command (registered in kit/cli.py)."""
