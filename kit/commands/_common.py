@@ -1,0 +1,138 @@
+"""Shared pieces of the command layer: config flags, host facts, path resolution."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from kit import netinfo
+from kit.config import SCHEMA, KitConfig, Resolved, load_config, parse_scalar
+from kit.errors import ConfigError, UsageError
+from kit.plan.facts import HostFacts, Role
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def config_options(func: F) -> F:
+    """--config, --cluster and --set KEY=VALUE (any config key) for every verb that reads kit.yaml."""
+    func = click.option(
+        "--set", "set_values", multiple=True, metavar="KEY=VALUE",
+        help="Set any config key (dotted, e.g. model.max_model_len=8192); repeatable.",
+    )(func)
+    func = click.option("--cluster", help="Cluster name (config: cluster).")(func)
+    func = click.option(
+        "--config", "config_path", type=click.Path(dir_okay=False),
+        help="Config file (default: $KIT_CONFIG, else ./kit.yaml, else built-in defaults).",
+    )(func)
+    return func
+
+
+def json_option(func: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print one JSON document (for machines).")(func)
+
+
+def overrides_from(flags: Mapping[str, Any], mapping: Mapping[str, str], set_values: tuple[str, ...] = ()
+                   ) -> dict[str, tuple[Any, str]]:
+    """Flag values (not None) -> config overrides with 'flag --x' as their source."""
+    out: dict[str, tuple[Any, str]] = {}
+    for item in set_values:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise UsageError(f"--set {item!r} must look like KEY=VALUE", hint="e.g. --set model.tp=4")
+        if key not in SCHEMA:
+            import difflib
+
+            guess = difflib.get_close_matches(key, list(SCHEMA), n=1)
+            raise ConfigError("unknown key", key=key, source=f"flag --set {key}",
+                              hint=f"did you mean '{guess[0]}'?" if guess else "see `kit config show`")
+        out[key] = (parse_scalar(key, raw), f"flag --set {key}")
+    for flag, key in mapping.items():
+        value = flags.get(flag)
+        if value is None or value == ():
+            continue
+        if isinstance(value, str) and SCHEMA[key].kind not in ("str", "choice", "size"):
+            value = parse_scalar(key, value)
+        out[key] = (value, f"flag --{flag.replace('_', '-')}")
+    return out
+
+
+def resolve(config_path: str | None, overrides: Mapping[str, tuple[Any, str]]) -> Resolved:
+    resolved = load_config(config_path, overrides=overrides)
+    return _absolutize(resolved)
+
+
+def _absolutize(resolved: Resolved) -> Resolved:
+    """Host paths are expanded (~, relative) once, here, so plans carry absolute paths."""
+    cfg = resolved.config
+
+    def host_path(p: str | None) -> str | None:
+        return None if p is None else str(Path(os.path.expanduser(p)).resolve())
+
+    mounts = []
+    for m in cfg.mounts:
+        src, sep, rest = m.partition(":")
+        mounts.append(f"{host_path(src)}{sep}{rest}" if sep else m)
+    config = cfg.replace(
+        hf_cache=host_path(cfg.hf_cache),
+        hf_token_file=host_path(cfg.hf_token_file),
+        api_key_file=host_path(cfg.api_key_file),
+        mounts=tuple(mounts),
+    )
+    return Resolved(config=config, values=resolved.values, sources=resolved.sources, path=resolved.path)
+
+
+def check_secret_files(config: KitConfig, sources: Mapping[str, str]) -> None:
+    """Secret files must exist and be files; kit never reads their content here."""
+    for key in ("hf_token_file", "api_key_file"):
+        path = getattr(config, key)
+        if path and not Path(path).is_file():
+            raise ConfigError(f"{path} does not exist or is not a file", key=key,
+                              source=sources.get(key), hint="create the file (mode 600) or unset the key")
+
+
+def gather_host_facts(config: KitConfig) -> HostFacts:
+    """The only host I/O planning needs (interfaces, routes, /dev/infiniband)."""
+    route = None
+    if config.head_address and not config.network:
+        route = netinfo.route_source_ip(config.head_address)
+    return HostFacts(
+        interfaces=netinfo.interface_addresses(),
+        default_interface=netinfo.default_route_interface(),
+        route_to_head=route,
+        has_infiniband=netinfo.has_infiniband(),
+    )
+
+
+def model_heads(config: KitConfig) -> tuple[int | None, int | None]:
+    """Attention and KV head counts when the model's config.json is on this host, else (None, None)."""
+    candidates = [Path(config.model.id)]
+    hub = Path(config.hf_cache) / "hub" / ("models--" + config.model.id.replace("/", "--")) / "snapshots"
+    if hub.is_dir():
+        candidates += sorted(hub.iterdir())
+    for base in candidates:
+        cfg_file = base / "config.json"
+        if cfg_file.is_file():
+            try:
+                data = json.loads(cfg_file.read_text())
+            except (OSError, ValueError):
+                return None, None
+            text = data.get("text_config", data)
+            heads = text.get("num_attention_heads")
+            kv = text.get("num_key_value_heads", heads)
+            return (heads if isinstance(heads, int) else None, kv if isinstance(kv, int) else None)
+    return None, None
+
+
+def role_from_flags(head: bool, worker: bool, node_rank: int | None) -> Role:
+    if head and worker:
+        raise UsageError("--head and --worker exclude each other", hint="pass one of them")
+    if worker:
+        return Role("worker", 1 if node_rank is None else node_rank)
+    if node_rank not in (None, 0):
+        raise UsageError("the head always has node rank 0", hint="drop --node-rank or add --worker")
+    return Role("head", 0)

@@ -1,0 +1,135 @@
+"""The container spec of one node: the data every runtime adapter starts unchanged."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from kit import __version__
+from kit.config import KitConfig
+from kit.plan.facts import NodeNet, Role
+from kit.plan.scripts import node_script
+
+HF_HOME = "/root/.cache/huggingface"
+SECRETS_DIR = "/run/kit/secrets"
+HF_TOKEN_PATH = f"{SECRETS_DIR}/hf_token"
+API_KEY_PATH = f"{SECRETS_DIR}/api_key"
+VLLM_CONFIG_ROOT = "/tmp/kit/vllm-config"
+LABEL_PREFIX = "kit."
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    target: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    name: str
+    image: str
+    role: Role
+    labels: Mapping[str, str]
+    env: Mapping[str, str]
+    mounts: tuple[Mount, ...]
+    script: str  # the node entrypoint, run as `bash -c SCRIPT NAME`
+    network: str = "host"  # "host", or a Docker network name (local simulation)
+    ip: str | None = None  # fixed IP on that network
+    ipc_host: bool = True
+    shm_size: str | None = None
+    gpus: str | tuple[str, ...] | None = "all"  # "all", selected indices, or None (CPU)
+    devices: tuple[str, ...] = ()
+    cap_add: tuple[str, ...] = ()
+    ulimits: tuple[tuple[str, int, int], ...] = ()
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def command(self) -> list[str]:
+        """Arguments after the image: the entrypoint is /bin/bash (FIELD_NOTES §1 row 16:
+        never depend on scripts inside the image)."""
+        return ["-c", self.script, self.name]
+
+
+def container_name(cluster: str, role: Role) -> str:
+    return f"kit-{cluster}-{role.label}"
+
+
+def node_labels(config: KitConfig, role: Role, net: NodeNet) -> dict[str, str]:
+    return {
+        "kit.managed": "true",
+        "kit.cluster": config.cluster,
+        "kit.role": role.kind,
+        "kit.rank": str(role.rank),
+        "kit.node-ip": net.ip,
+        "kit.backend": config.backend,
+        "kit.image": config.image,
+        "kit.version": __version__,
+    }
+
+
+def node_env(config: KitConfig, role: Role, net: NodeNet) -> dict[str, str]:
+    """Per-node environment, set at container start (FIELD_NOTES §1 rows 1, 3, 10, 11)."""
+    env = {
+        "VLLM_HOST_IP": net.ip,
+        "NCCL_SOCKET_IFNAME": net.interface,
+        "GLOO_SOCKET_IFNAME": net.interface,
+        "KIT_CLUSTER": config.cluster,
+        "KIT_ROLE": role.kind,
+        "KIT_NODE_RANK": str(role.rank),
+        "KIT_NNODES": str(config.nodes),
+        "KIT_HEAD_ADDRESS": net.head_address,
+        "HF_HOME": HF_HOME,
+        "VLLM_CONFIG_ROOT": VLLM_CONFIG_ROOT,
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+    }
+    if config.hf_token_file:
+        env["HF_TOKEN_PATH"] = HF_TOKEN_PATH  # the token itself never enters env or argv
+    if config.gpus != "all" and config.accelerator == "gpu":
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(config.gpus_per_node))
+    env.update(config.env)
+    return env
+
+
+def node_mounts(config: KitConfig) -> tuple[Mount, ...]:
+    mounts = [Mount(config.hf_cache, HF_HOME)]
+    if config.hf_token_file:
+        mounts.append(Mount(config.hf_token_file, HF_TOKEN_PATH, read_only=True))
+    if config.api_key_file:
+        mounts.append(Mount(config.api_key_file, API_KEY_PATH, read_only=True))
+    for item in config.mounts:
+        parts = item.split(":")
+        mounts.append(Mount(parts[0], parts[1], read_only=len(parts) == 3 and parts[2] == "ro"))
+    return tuple(mounts)
+
+
+def plan_node(config: KitConfig, role: Role, net: NodeNet, *, has_infiniband: bool = False) -> ContainerSpec:
+    """Config + role + this node's network -> the container to start."""
+    gpus: str | tuple[str, ...] | None
+    if config.accelerator == "cpu":
+        gpus = None
+    elif config.gpus == "all":
+        gpus = "all"
+    else:
+        gpus = tuple(g.strip() for g in config.gpus.split(","))
+    use_ib = config.infiniband == "on" or (config.infiniband == "auto" and has_infiniband)
+    return ContainerSpec(
+        name=container_name(config.cluster, role),
+        image=config.image,
+        role=role,
+        labels=node_labels(config, role, net),
+        env=node_env(config, role, net),
+        mounts=node_mounts(config),
+        script=node_script(config, role),
+        network=config.network or "host",
+        ip=net.ip if config.network else None,
+        ipc_host=config.ipc_host,
+        shm_size=None if config.ipc_host else config.shm_size,
+        gpus=gpus,
+        # FIELD_NOTES §1 rows 4-5: without these NCCL silently falls back to TCP sockets.
+        devices=("/dev/infiniband:/dev/infiniband",) if use_ib else (),
+        cap_add=("IPC_LOCK",) if use_ib else (),
+        ulimits=(("memlock", -1, -1),) if use_ib else (),
+    )

@@ -1,0 +1,66 @@
+"""Node entrypoint and serve scripts, rendered from kit/templates/*.sh.j2.
+
+Scripts depend on the cluster plan and the role kind only; node-specific values (IP, rank, head
+address, interface) come from the node's environment, so the same text runs on every worker and
+inside SLURM jobs.
+"""
+
+from __future__ import annotations
+
+from kit import __version__
+from kit.config import KitConfig
+from kit.plan.facts import Role
+from kit.plan.ray import ray_head_args, ray_resource, ray_worker_args
+from kit.plan.vllm import vllm_serve_argv
+from kit.render import render
+
+# Per-node network variables vLLM must not copy from the head to Ray workers (FIELD_NOTES §1 row 11).
+NON_CARRY_OVER = ["VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "CUDA_VISIBLE_DEVICES",
+                  "KIT_NODE_RANK", "KIT_ROLE"]
+READY_MARK = "KIT_READY"
+JOINED_MARK = "KIT_JOINED"
+SERVE_LOG = "/tmp/kit/serve.log"
+
+
+def node_script(config: KitConfig, role: Role) -> str:
+    """The container's main process: a Ray head with a barrier, a Ray worker that retries joining,
+    or (mp backend) a node that holds the container until `kit serve` starts the engine."""
+    common = {
+        "version": __version__,
+        "cluster": config.cluster,
+        "non_carry_over": NON_CARRY_OVER,
+        "ready_mark": READY_MARK,
+        "joined_mark": JOINED_MARK,
+        "join_timeout": config.timeouts.join,
+    }
+    if config.backend == "mp":
+        return render("node_mp.sh.j2", role=role.kind, **common)
+    if role.is_head:
+        resource, expected = ray_resource(config)
+        return render(
+            "node_ray_head.sh.j2",
+            ray_args=ray_head_args(config),
+            gcs_port=config.ports.ray_gcs,
+            nodes=config.nodes,
+            resource=resource,
+            expected=expected,
+            **common,
+        )
+    return render("node_ray_worker.sh.j2", ray_args=ray_worker_args(config), gcs_port=config.ports.ray_gcs,
+                  **common)
+
+
+def serve_script(config: KitConfig, role: Role) -> str:
+    """`vllm serve` for this role; the API key is read from its file into VLLM_API_KEY (never argv)."""
+    from kit.plan.node import API_KEY_PATH
+
+    return render(
+        "serve.sh.j2",
+        version=__version__,
+        cluster=config.cluster,
+        role=role.kind,
+        argv=vllm_serve_argv(config, role),
+        api_key_path=API_KEY_PATH if (config.api_key_file and role.is_head) else None,
+        ray_address=config.backend == "ray",
+        gcs_port=config.ports.ray_gcs,
+    )
