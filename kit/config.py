@@ -44,7 +44,9 @@ SCHEMA: dict[str, Spec] = {
     "node_ip": Spec("str", "auto", "this node's IPv4 address, or auto (route to the head / default route)"),
     "interface": Spec("str", "auto", "network interface for NCCL/Gloo, or auto (the one carrying node_ip)"),
     "infiniband": Spec("choice", "auto", "pass /dev/infiniband, IPC_LOCK, memlock", ("auto", "on", "off")),
-    "network": Spec("str", None, "Docker network for local multi-node simulation (instead of host networking)", optional=True),
+    "network": Spec(
+        "str", None, "Docker network for local multi-node simulation (instead of host networking)", optional=True
+    ),
     "network_subnet": Spec("str", "172.30.77.0/24", "subnet of the simulation network; node k gets .(10+k)"),
     "ports.ray_gcs": Spec("int", 6379, "Ray GCS port (head)"),
     "ports.ray_client": Spec("int", 10001, "Ray client server port (head)"),
@@ -66,7 +68,9 @@ SCHEMA: dict[str, Spec] = {
     "model.max_model_len": Spec("int", None, "maximum context length", optional=True),
     "model.extra_args": Spec("list", [], "extra `vllm serve` arguments, as a list"),
     "hf_cache": Spec("str", "~/.cache/huggingface", "host HF cache dir, mounted at the same path on every node"),
-    "hf_token_file": Spec("str", None, "file holding the HF token (mounted read-only; HF_TOKEN_PATH)", optional=True, secret=True),
+    "hf_token_file": Spec(
+        "str", None, "file holding the HF token (mounted read-only; HF_TOKEN_PATH)", optional=True, secret=True
+    ),
     "api_key_file": Spec("str", None, "file holding the API key for the server", optional=True, secret=True),
     "ipc_host": Spec("bool", True, "share the host IPC namespace (--ipc=host); false uses shm_size"),
     "shm_size": Spec("size", "16g", "/dev/shm size when ipc_host is false (e.g. 10.24g)"),
@@ -313,16 +317,16 @@ def _flatten_yaml(text: str, path: str) -> dict[str, tuple[Any, str]]:
     if not isinstance(root, yaml.MappingNode):
         raise ConfigError("the top level must be a mapping of keys", source=f"{path}:1")
     out: dict[str, tuple[Any, str]] = {}
-    known = list(SCHEMA)
     sections = {k.split(".")[0] for k in SCHEMA if "." in k}
+    known = list(SCHEMA) + sorted(sections)
+    constructor = yaml.SafeLoader("")
 
     def walk(node: yaml.MappingNode, prefix: str) -> None:
         for key_node, value_node in node.value:
             key = f"{prefix}{key_node.value}"
             where = f"{path}:{key_node.start_mark.line + 1}"
             if key in SCHEMA:
-                value = yaml.safe_load(yaml.serialize(value_node))
-                out[key] = (value, where)
+                out[key] = (constructor.construct_object(value_node, deep=True), where)
             elif key in sections and isinstance(value_node, yaml.MappingNode):
                 walk(value_node, key + ".")
             else:

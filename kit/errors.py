@@ -73,6 +73,12 @@ class ConfigError(KitError):
         self.source = source
 
 
+class ImageRefError(ConfigError):
+    """A malformed image reference in the configuration."""
+
+    exit_code = ExitCode.IMAGE
+
+
 class RuntimeUnavailable(KitError):
     exit_code = ExitCode.RUNTIME_UNAVAILABLE
 

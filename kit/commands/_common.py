@@ -21,12 +21,17 @@ F = TypeVar("F", bound=Callable[..., Any])
 def config_options(func: F) -> F:
     """--config, --cluster and --set KEY=VALUE (any config key) for every verb that reads kit.yaml."""
     func = click.option(
-        "--set", "set_values", multiple=True, metavar="KEY=VALUE",
+        "--set",
+        "set_values",
+        multiple=True,
+        metavar="KEY=VALUE",
         help="Set any config key (dotted, e.g. model.max_model_len=8192); repeatable.",
     )(func)
     func = click.option("--cluster", help="Cluster name (config: cluster).")(func)
     func = click.option(
-        "--config", "config_path", type=click.Path(dir_okay=False),
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False),
         help="Config file (default: $KIT_CONFIG, else ./kit.yaml, else built-in defaults).",
     )(func)
     return func
@@ -36,8 +41,9 @@ def json_option(func: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print one JSON document (for machines).")(func)
 
 
-def overrides_from(flags: Mapping[str, Any], mapping: Mapping[str, str], set_values: tuple[str, ...] = ()
-                   ) -> dict[str, tuple[Any, str]]:
+def overrides_from(
+    flags: Mapping[str, Any], mapping: Mapping[str, str], set_values: tuple[str, ...] = ()
+) -> dict[str, tuple[Any, str]]:
     """Flag values (not None) -> config overrides with 'flag --x' as their source."""
     out: dict[str, tuple[Any, str]] = {}
     for item in set_values:
@@ -48,8 +54,12 @@ def overrides_from(flags: Mapping[str, Any], mapping: Mapping[str, str], set_val
             import difflib
 
             guess = difflib.get_close_matches(key, list(SCHEMA), n=1)
-            raise ConfigError("unknown key", key=key, source=f"flag --set {key}",
-                              hint=f"did you mean '{guess[0]}'?" if guess else "see `kit config show`")
+            raise ConfigError(
+                "unknown key",
+                key=key,
+                source=f"flag --set {key}",
+                hint=f"did you mean '{guess[0]}'?" if guess else "see `kit config show`",
+            )
         out[key] = (parse_scalar(key, raw), f"flag --set {key}")
     for flag, key in mapping.items():
         value = flags.get(flag)
@@ -91,8 +101,12 @@ def check_secret_files(config: KitConfig, sources: Mapping[str, str]) -> None:
     for key in ("hf_token_file", "api_key_file"):
         path = getattr(config, key)
         if path and not Path(path).is_file():
-            raise ConfigError(f"{path} does not exist or is not a file", key=key,
-                              source=sources.get(key), hint="create the file (mode 600) or unset the key")
+            raise ConfigError(
+                f"{path} does not exist or is not a file",
+                key=key,
+                source=sources.get(key),
+                hint="create the file (mode 600) or unset the key",
+            )
 
 
 def gather_host_facts(config: KitConfig) -> HostFacts:

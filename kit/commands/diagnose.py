@@ -1,3 +1,58 @@
-from kit.commands._stub import not_implemented
+"""`kit diagnose LOGFILE…`: classify known failure lines and the NCCL transport in logs."""
 
-command = not_implemented("diagnose", "Classify known failure lines and NCCL transports in log files.")
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from kit.errors import UsageError
+from kit.output import emit, table
+from kit.verify.diagnose import Diagnosis, classify_lines
+
+
+def diagnose_files(paths: list[str]) -> dict[str, Diagnosis]:
+    results = {}
+    for path in paths:
+        try:
+            with open(path, errors="replace") as fh:
+                results[path] = classify_lines(fh)
+        except OSError as exc:
+            raise UsageError(f"cannot read {path}: {exc.strerror}") from exc
+    return results
+
+
+def render(results: dict[str, Diagnosis]) -> str:
+    parts = []
+    for path, diag in results.items():
+        parts.append(f"{path} ({diag.lines} lines)")
+        if diag.findings:
+            rows = [(f.rule, f.count, f.first_line, f.cause) for f in diag.findings]
+            parts.append(table(["finding", "count", "line", "cause"], rows))
+            parts += [f"  {f.rule}: fix: {f.fix}" for f in diag.findings]
+        else:
+            parts.append("  no known failure lines")
+        t = diag.transport
+        if t is not None:
+            intra = ", ".join(f"{k} x{v}" for k, v in t.intra.items()) or "none"
+            inter = ", ".join(f"{k} x{v}" for k, v in t.inter.items()) or "none"
+            parts.append(f"  NCCL {t.version or '?'}: intra-node {intra}; inter-node {inter}")
+        parts.append("")
+    return "\n".join(parts).rstrip()
+
+
+@click.command(name="diagnose")
+@click.argument("logfiles", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def command(logfiles: tuple[str, ...], as_json: bool) -> None:
+    """Classify known failure lines and NCCL transports in log files.
+
+    Recognises the failures of FIELD_NOTES section 1 (placement group / IP mismatch, Gloo
+    interface, NCCL Socket fallback, /dev/shm, Ray version mismatch, GPU count, RDMA system
+    errors, engine timeouts, all-reduce deadlocks …) and prints cause and fix for each, plus the
+    NCCL transport of every connection (intra- and inter-node). Use `-` for standard input.
+    """
+    paths = ["/dev/stdin" if p == "-" else p for p in logfiles]
+    results = diagnose_files(paths)
+    data: dict[str, Any] = {path: d.to_dict() for path, d in results.items()}
+    emit("diagnose", data, as_json=as_json, text=lambda: render(results))

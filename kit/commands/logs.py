@@ -1,3 +1,69 @@
-from kit.commands._stub import not_implemented
+"""`kit logs`: a node container's output, or the server's log inside it."""
 
-command = not_implemented("logs", "Show (or follow) a node container's logs.")
+from __future__ import annotations
+
+import time
+
+import click
+
+from kit.commands._common import config_options, overrides_from, resolve
+from kit.errors import StartError
+from kit.plan.scripts import SERVE_LOG
+from kit.runtime import get_runtime
+from kit.runtime.base import NodeHandle, Runtime
+
+
+@click.command(name="logs")
+@click.option("--role", type=click.Choice(["head", "worker"]), default="head", show_default=True)
+@click.option("--rank", type=int, help="Worker rank (default: the first worker).")
+@click.option("--serve", "serve_log", is_flag=True, help="Show the vLLM server's log instead of the node's.")
+@click.option("--tail", default="200", show_default=True, help="Lines from the end, or 'all'.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new lines (Ctrl-C to stop).")
+@config_options
+def command(
+    role: str,
+    rank: int | None,
+    serve_log: bool,
+    tail: str,
+    follow: bool,
+    config_path: str | None,
+    cluster: str | None,
+    set_values: tuple[str, ...],
+) -> None:
+    """Show a node's logs (the Ray/entrypoint output), or with --serve the vLLM server's log."""
+    resolved = resolve(config_path, overrides_from({"cluster": cluster}, {"cluster": "cluster"}, set_values))
+    runtime = get_runtime(resolved.config)
+    nodes = [
+        n for n in runtime.find_nodes(resolved.config.cluster) if n.role == role and (rank is None or n.rank == rank)
+    ]
+    if not nodes:
+        raise StartError(
+            f"no {role} node of cluster {resolved.config.cluster} on this host",
+            hint="check `kit status`, or pass --cluster/--role/--rank",
+        )
+    node = nodes[0]
+    n_tail: int | str = tail if tail == "all" else int(tail)
+    if serve_log:
+        argv = ["tail", "-n", "+1" if tail == "all" else str(tail), SERVE_LOG]
+        if follow:
+            _follow_file(runtime, node)
+            return
+        result = runtime.exec(node, argv)
+        click.echo(result.stdout, nl=False)
+        return
+    if follow and hasattr(runtime, "follow_logs"):
+        for chunk in runtime.follow_logs(node.name, tail=n_tail):
+            click.echo(chunk, nl=False)
+        return
+    click.echo(runtime.logs(node.name, tail=n_tail), nl=False)
+
+
+def _follow_file(runtime: Runtime, node: NodeHandle) -> None:
+    """Poll the server log inside the container (works the same for every runtime)."""
+    seen = 0
+    while True:
+        out = runtime.exec(node, ["tail", "-n", f"+{seen + 1}", SERVE_LOG]).stdout
+        if out:
+            click.echo(out, nl=False)
+            seen += out.count("\n")
+        time.sleep(1)

@@ -1,3 +1,167 @@
-from kit.commands._stub import not_implemented
+"""`kit status`: the cluster's containers on this host and the Ray view of every node."""
 
-command = not_implemented("status", "Show the cluster's containers and the Ray view of its nodes.")
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+import click
+
+from kit.commands._common import config_options, json_option, overrides_from, resolve
+from kit.errors import StartError
+from kit.output import emit, table
+from kit.runtime import get_runtime
+from kit.runtime.base import NodeHandle, Runtime
+
+# Runs inside the head container: the Ray view, plus each alive node's own VLLM_HOST_IP read by a
+# zero-CPU task pinned to that node (FIELD_NOTES §1 rows 1, 9: registered IP must equal it).
+RAY_VIEW_PY = r"""
+import json, os, sys
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+ray.init(address=os.environ["VLLM_HOST_IP"] + ":" + sys.argv[1], logging_level="ERROR", log_to_driver=False)
+
+@ray.remote(num_cpus=0)
+def host_ip():
+    return os.environ.get("VLLM_HOST_IP")
+
+nodes = ray.nodes()
+refs = {}
+for n in nodes:
+    if n.get("Alive"):
+        strategy = NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+        refs[n["NodeID"]] = host_ip.options(scheduling_strategy=strategy).remote()
+ips = {}
+for node_id, ref in refs.items():
+    try:
+        ips[node_id] = ray.get(ref, timeout=float(sys.argv[2]))
+    except Exception:
+        ips[node_id] = None
+out = []
+for n in nodes:
+    res = n.get("Resources", {})
+    out.append({"node_id": n["NodeID"], "alive": bool(n.get("Alive")), "ip": n.get("NodeManagerAddress"),
+                "cpus": res.get("CPU", 0), "gpus": res.get("GPU", 0), "vllm_host_ip": ips.get(n["NodeID"])})
+print("KIT_JSON " + json.dumps(out))
+"""
+
+
+def ray_view(runtime: Runtime, head: NodeHandle, gcs_port: int, timeout: float = 15) -> list[dict[str, Any]]:
+    result = runtime.exec(head, ["python3", "-c", RAY_VIEW_PY, str(gcs_port), str(timeout)])
+    for line in result.stdout.splitlines():
+        if line.startswith("KIT_JSON "):
+            nodes: list[dict[str, Any]] = json.loads(line[len("KIT_JSON ") :])
+            for node in nodes:
+                node["ip_matches"] = node["vllm_host_ip"] == node["ip"] if node["alive"] else None
+            return nodes
+    tail = (result.stderr or result.stdout).strip().splitlines()[-5:]
+    raise StartError(
+        "cannot read the Ray view from the head", details=tail, hint="is the head ready? see `kit logs --role head`"
+    )
+
+
+def uptime(started_at: str | None) -> str:
+    if not started_at or started_at.startswith("0001"):
+        return "-"
+    try:
+        start = dt.datetime.fromisoformat(started_at[:26].rstrip("Z") + "+00:00")
+    except ValueError:
+        return "-"
+    secs = int((dt.datetime.now(dt.timezone.utc) - start).total_seconds())
+    return f"{secs // 3600}h{secs % 3600 // 60:02d}m" if secs >= 3600 else f"{secs // 60}m{secs % 60:02d}s"
+
+
+@click.command(name="status")
+@click.option("--no-ray", is_flag=True, help="Only list containers; do not ask Ray.")
+@config_options
+@json_option
+def command(
+    no_ray: bool, config_path: str | None, cluster: str | None, set_values: tuple[str, ...], as_json: bool
+) -> None:
+    """Every kit container of the cluster on this host (role, state, image digest, uptime), and the
+    Ray view: alive nodes, their IPs, CPUs/GPUs, and whether each node registered the same IP as
+    its VLLM_HOST_IP."""
+    resolved = resolve(config_path, overrides_from({"cluster": cluster}, {"cluster": "cluster"}, set_values))
+    config = resolved.config
+    runtime = get_runtime(config)
+    nodes = runtime.find_nodes(config.cluster)
+    containers = [
+        {
+            "name": n.name,
+            "role": n.role,
+            "rank": n.rank,
+            "state": n.state,
+            "node_ip": n.ip,
+            "image": n.image,
+            "image_digest": n.image_digest,
+            "uptime": uptime(n.started_at),
+        }
+        for n in nodes
+    ]
+    result: dict[str, Any] = {"cluster": config.cluster, "containers": containers, "ray": None}
+    head = next((n for n in nodes if n.role == "head" and n.state == "running"), None)
+    if not no_ray and head is not None and config.backend == "ray":
+        try:
+            result["ray"] = ray_view(runtime, head, config.ports.ray_gcs)
+        except StartError as err:
+            result["ray_error"] = err.message
+    emit("status", result, as_json=as_json, text=lambda: render(result))
+
+
+def render(result: dict[str, Any]) -> str:
+    out = [f"cluster {result['cluster']}"]
+    if not result["containers"]:
+        out.append("no kit containers of this cluster on this host")
+    else:
+        out.append(
+            table(
+                ["container", "role", "rank", "state", "node ip", "uptime", "image digest"],
+                [
+                    (
+                        c["name"],
+                        c["role"],
+                        c["rank"],
+                        c["state"],
+                        c["node_ip"],
+                        c["uptime"],
+                        _short_digest(c["image_digest"]),
+                    )
+                    for c in result["containers"]
+                ],
+            )
+        )
+    if result.get("ray") is not None:
+        ray = result["ray"]
+        alive = [n for n in ray if n["alive"]]
+        out.append("")
+        out.append(
+            f"Ray: {len(alive)} alive node(s), "
+            f"{sum(n['cpus'] for n in alive):g} CPU, {sum(n['gpus'] for n in alive):g} GPU"
+        )
+        out.append(
+            table(
+                ["ray node", "alive", "registered ip", "VLLM_HOST_IP", "match", "CPU", "GPU"],
+                [
+                    (
+                        n["node_id"][:12],
+                        "yes" if n["alive"] else "LOST",
+                        n["ip"],
+                        n["vllm_host_ip"] or "-",
+                        {True: "yes", False: "NO", None: "-"}[n["ip_matches"]],
+                        f"{n['cpus']:g}",
+                        f"{n['gpus']:g}",
+                    )
+                    for n in ray
+                ],
+            )
+        )
+    if result.get("ray_error"):
+        out.append(f"Ray: {result['ray_error']}")
+    return "\n".join(out)
+
+
+def _short_digest(digest: str | None) -> str:
+    if not digest:
+        return "-"
+    return digest if len(digest) < 40 else digest[: digest.index(":") + 13] if ":" in digest else digest[:20]

@@ -83,8 +83,10 @@ def describe(config: KitConfig, spec: ContainerSpec, net: NodeNet) -> dict[str, 
 
 
 def dry_run_text(plan: dict[str, Any]) -> str:
-    head = (f"# kit up --dry-run: {plan['role']} (rank {plan['rank']}) of cluster {plan['cluster']}, "
-            f"node IP {plan['node_ip']} on {plan['interface']}, head {plan['head_address']}")
+    head = (
+        f"# kit up --dry-run: {plan['role']} (rank {plan['rank']}) of cluster {plan['cluster']}, "
+        f"node IP {plan['node_ip']} on {plan['interface']}, head {plan['head_address']}"
+    )
     lines = [head, "# entrypoint script (run as: bash -c SCRIPT):", plan["script"].rstrip("\n"), "# command:"]
     if "docker_argv" in plan:
         lines.append(shlex.join(plan["docker_argv"]))
@@ -118,9 +120,18 @@ def dry_run_text(plan: dict[str, Any]) -> str:
 @click.option("--dry-run", is_flag=True, help="Print the entrypoint script and the exact command; start nothing.")
 @config_options
 @json_option
-def command(is_head: bool, is_worker: bool, node_rank: int | None, config_path: str | None,
-            set_values: tuple[str, ...], replace: bool, no_wait: bool, dry_run: bool, as_json: bool,
-            **flags: Any) -> None:
+def command(
+    is_head: bool,
+    is_worker: bool,
+    node_rank: int | None,
+    config_path: str | None,
+    set_values: tuple[str, ...],
+    replace: bool,
+    no_wait: bool,
+    dry_run: bool,
+    as_json: bool,
+    **flags: Any,
+) -> None:
     """Start this node's container: host network, GPUs, IPC, HF cache, per-node VLLM_HOST_IP and
     NCCL/Gloo interface, then a Ray head (which waits for every node and GPU), a Ray worker
     (which retries joining the head), or an mp-backend node.
@@ -140,12 +151,15 @@ def command(is_head: bool, is_worker: bool, node_rank: int | None, config_path: 
         emit("up", {"dry_run": True, **plan}, as_json=as_json, text=lambda: dry_run_text(plan))
         return
     result = start_node(resolved.config, spec, replace=replace, wait=not no_wait, as_json=as_json)
-    emit("up", {**result, "node_ip": net.ip, "interface": net.interface}, as_json=as_json,
-         text=f"{result['container']}: {result['state']} ({spec.role.label}, {net.ip} on {net.interface})")
+    emit(
+        "up",
+        {**result, "node_ip": net.ip, "interface": net.interface},
+        as_json=as_json,
+        text=f"{result['container']}: {result['state']} ({spec.role.label}, {net.ip} on {net.interface})",
+    )
 
 
-def start_node(config: KitConfig, spec: ContainerSpec, *, replace: bool, wait: bool, as_json: bool
-               ) -> dict[str, Any]:
+def start_node(config: KitConfig, spec: ContainerSpec, *, replace: bool, wait: bool, as_json: bool) -> dict[str, Any]:
     """Start (or report) the node container and wait for readiness. Ctrl-C leaves no orphan."""
     from kit.runtime import get_runtime
 
@@ -164,11 +178,19 @@ def start_node(config: KitConfig, spec: ContainerSpec, *, replace: bool, wait: b
         if not wait:
             return {"container": spec.name, "state": "started", "created": True}
         is_ready = spec.role.is_head or config.backend == "mp"
-        what = ("the Ray cluster: all nodes and GPUs/CPUs alive" if spec.role.is_head and config.backend == "ray"
-                else "the node to be ready" if is_ready else "the worker to join the head")
+        what = (
+            "the Ray cluster: all nodes and GPUs/CPUs alive"
+            if spec.role.is_head and config.backend == "ray"
+            else "the node to be ready"
+            if is_ready
+            else "the worker to join the head"
+        )
         line = runtime.wait_for_mark(
-            spec.name, [READY_MARK] if is_ready else [JOINED_MARK], timeout=config.timeouts.join + 30,
-            on_progress=lambda text: progress(f"{spec.name}: {text}", as_json=as_json), what=what,
+            spec.name,
+            [READY_MARK] if is_ready else [JOINED_MARK],
+            timeout=config.timeouts.join + 30,
+            on_progress=lambda text: progress(f"{spec.name}: {text}", as_json=as_json),
+            what=what,
         )
     except KeyboardInterrupt:
         # Interrupted while starting: remove what we created so nothing is left half-up.

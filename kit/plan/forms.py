@@ -20,9 +20,7 @@ def to_docker_kwargs(spec: ContainerSpec) -> dict[str, Any]:
         "init": True,  # signals reach the script; `docker stop` is quick
         "labels": dict(spec.labels),
         "environment": dict(spec.env),
-        "volumes": {
-            m.source: {"bind": m.target, "mode": "ro" if m.read_only else "rw"} for m in spec.mounts
-        },
+        "volumes": {m.source: {"bind": m.target, "mode": "ro" if m.read_only else "rw"} for m in spec.mounts},
     }
     if spec.network == "host":
         kwargs["network_mode"] = "host"

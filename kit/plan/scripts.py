@@ -15,8 +15,14 @@ from kit.plan.vllm import vllm_serve_argv
 from kit.render import render
 
 # Per-node network variables vLLM must not copy from the head to Ray workers (FIELD_NOTES §1 row 11).
-NON_CARRY_OVER = ["VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "CUDA_VISIBLE_DEVICES",
-                  "KIT_NODE_RANK", "KIT_ROLE"]
+NON_CARRY_OVER = [
+    "VLLM_HOST_IP",
+    "NCCL_SOCKET_IFNAME",
+    "GLOO_SOCKET_IFNAME",
+    "CUDA_VISIBLE_DEVICES",
+    "KIT_NODE_RANK",
+    "KIT_ROLE",
+]
 READY_MARK = "KIT_READY"
 JOINED_MARK = "KIT_JOINED"
 SERVE_LOG = "/tmp/kit/serve.log"
@@ -46,14 +52,15 @@ def node_script(config: KitConfig, role: Role) -> str:
             expected=expected,
             **common,
         )
-    return render("node_ray_worker.sh.j2", ray_args=ray_worker_args(config), gcs_port=config.ports.ray_gcs,
-                  **common)
+    return render("node_ray_worker.sh.j2", ray_args=ray_worker_args(config), gcs_port=config.ports.ray_gcs, **common)
 
 
 def serve_script(config: KitConfig, role: Role) -> str:
     """`vllm serve` for this role; the API key is read from its file into VLLM_API_KEY (never argv)."""
     from kit.plan.node import API_KEY_PATH
 
+    if config.backend == "ray" and not role.is_head:
+        raise ValueError("with the Ray backend only the head runs `vllm serve`")
     return render(
         "serve.sh.j2",
         version=__version__,

@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 
 from kit.config import SECRET_ENV_NAMES, KitConfig
-from kit.errors import ConfigError
+from kit.errors import ConfigError, ImageRefError
 from kit.plan.facts import HostFacts, NodeNet, Role
 
 NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$")
@@ -35,7 +35,7 @@ def check_image(config: KitConfig, sources: Mapping[str, str]) -> None:
         return
     ref = image.removeprefix("docker://") if config.runtime == "apptainer" else image
     if not is_image_ref(ref):
-        raise ConfigError(
+        raise ImageRefError(
             f"{image!r} is not a valid image reference",
             key="image",
             source=_src(sources, "image"),
@@ -45,7 +45,10 @@ def check_image(config: KitConfig, sources: Mapping[str, str]) -> None:
 
 
 def check_topology(
-    config: KitConfig, sources: Mapping[str, str], *, attention_heads: int | None = None,
+    config: KitConfig,
+    sources: Mapping[str, str],
+    *,
+    attention_heads: int | None = None,
     kv_heads: int | None = None,
 ) -> None:
     """TP×PP must equal the GPUs the cluster has; TP must divide the model's heads when known."""
@@ -110,14 +113,18 @@ def check_ports(config: KitConfig, sources: Mapping[str, str]) -> None:
     for name, value in ports.items():
         if not 1 <= value <= 65535:
             raise ConfigError(
-                f"port {value} is out of range", key=f"ports.{name}",
-                source=_src(sources, f"ports.{name}"), hint="use a port between 1 and 65535",
+                f"port {value} is out of range",
+                key=f"ports.{name}",
+                source=_src(sources, f"ports.{name}"),
+                hint="use a port between 1 and 65535",
             )
     low, high = config.ports.ray_min_worker, config.ports.ray_max_worker
     if low > high:
         raise ConfigError(
-            f"ray_min_worker {low} is above ray_max_worker {high}", key="ports.ray_min_worker",
-            source=_src(sources, "ports.ray_min_worker"), hint="make the worker port range low ≤ high",
+            f"ray_min_worker {low} is above ray_max_worker {high}",
+            key="ports.ray_min_worker",
+            source=_src(sources, "ports.ray_min_worker"),
+            hint="make the worker port range low ≤ high",
         )
     seen: dict[int, str] = {}
     for name, value in ports.items():
@@ -126,13 +133,15 @@ def check_ports(config: KitConfig, sources: Mapping[str, str]) -> None:
         if value in seen:
             raise ConfigError(
                 f"port {value} is used by both ports.{seen[value]} and ports.{name}",
-                key=f"ports.{name}", source=_src(sources, f"ports.{name}"),
+                key=f"ports.{name}",
+                source=_src(sources, f"ports.{name}"),
                 hint="give every service its own port",
             )
         if low <= value <= high:
             raise ConfigError(
                 f"port {value} lies inside the Ray worker port range {low}-{high}",
-                key=f"ports.{name}", source=_src(sources, f"ports.{name}"),
+                key=f"ports.{name}",
+                source=_src(sources, f"ports.{name}"),
                 hint="move it or the ray_min_worker/ray_max_worker range",
             )
         seen[value] = name
@@ -143,24 +152,33 @@ def check_env_and_mounts(config: KitConfig, sources: Mapping[str, str]) -> None:
         if name.upper() in SECRET_ENV_NAMES:
             raise ConfigError(
                 f"{name} must not be passed as an environment variable (it would show in docker inspect)",
-                key="env", source=_src(sources, "env"),
+                key="env",
+                source=_src(sources, "env"),
                 hint="put the token in a file and set hf_token_file / api_key_file",
             )
         if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
             raise ConfigError(f"{name!r} is not a valid variable name", key="env", source=_src(sources, "env"))
     for mount in config.mounts:
         parts = mount.split(":")
-        if len(parts) not in (2, 3) or not parts[0] or not parts[1].startswith("/") or (
-            len(parts) == 3 and parts[2] not in ("ro", "rw")
+        if (
+            len(parts) not in (2, 3)
+            or not parts[0]
+            or not parts[1].startswith("/")
+            or (len(parts) == 3 and parts[2] not in ("ro", "rw"))
         ):
             raise ConfigError(
-                f"{mount!r} is not a mount", key="mounts", source=_src(sources, "mounts"),
+                f"{mount!r} is not a mount",
+                key="mounts",
+                source=_src(sources, "mounts"),
                 hint="write HOST_PATH:/container/path or HOST_PATH:/container/path:ro",
             )
 
 
 def check_config(
-    config: KitConfig, sources: Mapping[str, str], *, attention_heads: int | None = None,
+    config: KitConfig,
+    sources: Mapping[str, str],
+    *,
+    attention_heads: int | None = None,
     kv_heads: int | None = None,
 ) -> None:
     """Every host-independent check, in the order a user would want to hear about them."""
@@ -174,12 +192,15 @@ def plan_node_net(config: KitConfig, sources: Mapping[str, str], role: Role, hos
     """This node's IP and NCCL/Gloo interface, and the head's address (FIELD_NOTES §1 rows 1-3)."""
     if role.rank >= config.nodes or role.rank < 0:
         raise ConfigError(
-            f"node rank {role.rank} is outside 0..{config.nodes - 1}", key="nodes",
-            source=_src(sources, "nodes"), hint="use --node-rank between 1 and nodes-1 for workers",
+            f"node rank {role.rank} is outside 0..{config.nodes - 1}",
+            key="nodes",
+            source=_src(sources, "nodes"),
+            hint="use --node-rank between 1 and nodes-1 for workers",
         )
     if not role.is_head and role.rank == 0:
         raise ConfigError(
-            "a worker cannot have node rank 0 (that is the head)", key="nodes",
+            "a worker cannot have node rank 0 (that is the head)",
+            key="nodes",
             hint="pass --node-rank K with 1 ≤ K < nodes",
         )
     if config.network:  # local simulation: fixed IPs on a private Docker network
@@ -187,23 +208,29 @@ def plan_node_net(config: KitConfig, sources: Mapping[str, str], role: Role, hos
             subnet = ipaddress.IPv4Network(config.network_subnet)
         except ValueError:
             raise ConfigError(
-                f"{config.network_subnet!r} is not an IPv4 subnet", key="network_subnet",
-                source=_src(sources, "network_subnet"), hint="write it like 172.30.77.0/24",
+                f"{config.network_subnet!r} is not an IPv4 subnet",
+                key="network_subnet",
+                source=_src(sources, "network_subnet"),
+                hint="write it like 172.30.77.0/24",
             ) from None
         base = subnet.network_address
-        ip = config.node_ip if config.node_ip != "auto" else str(base + 10 + role.rank)
+        sim_ip = config.node_ip if config.node_ip != "auto" else str(base + 10 + role.rank)
         head = str(base + 10) if role.is_head or not config.head_address else config.head_address
-        if ipaddress.IPv4Address(ip) not in subnet:
+        if ipaddress.IPv4Address(sim_ip) not in subnet:
             raise ConfigError(
-                f"{ip} is not in the simulation subnet {subnet}", key="node_ip",
-                source=_src(sources, "node_ip"), hint="pick an address inside network_subnet, or auto",
+                f"{sim_ip} is not in the simulation subnet {subnet}",
+                key="node_ip",
+                source=_src(sources, "node_ip"),
+                hint="pick an address inside network_subnet, or auto",
             )
-        return NodeNet(ip=ip, interface="eth0" if config.interface == "auto" else config.interface,
-                       head_address=head)
+        return NodeNet(
+            ip=sim_ip, interface="eth0" if config.interface == "auto" else config.interface, head_address=head
+        )
 
     if not role.is_head and not config.head_address:
         raise ConfigError(
-            "a worker needs the head's address", key="head_address",
+            "a worker needs the head's address",
+            key="head_address",
             source=_src(sources, "head_address"),
             hint="pass --head-address HEAD_IP (or set head_address in kit.yaml / KIT_HEAD_ADDRESS)",
         )
@@ -212,15 +239,17 @@ def plan_node_net(config: KitConfig, sources: Mapping[str, str], role: Role, hos
             ipaddress.IPv4Address(config.head_address)
         except ValueError:
             raise ConfigError(
-                f"{config.head_address!r} is not a numeric IPv4 address", key="head_address",
+                f"{config.head_address!r} is not a numeric IPv4 address",
+                key="head_address",
                 source=_src(sources, "head_address"),
                 hint="use the head's IP, not a hostname (Ray must register numeric IPs)",
             ) from None
 
-    iface = None if config.interface == "auto" else config.interface
+    iface: str | None = None if config.interface == "auto" else config.interface
     if iface is not None and iface not in host.interfaces:
         raise ConfigError(
-            f"interface {iface!r} has no IPv4 address on this host", key="interface",
+            f"interface {iface!r} has no IPv4 address on this host",
+            key="interface",
             source=_src(sources, "interface"),
             hint=f"use one of: {', '.join(sorted(host.interfaces)) or 'none found'}, or auto",
         )
@@ -229,13 +258,16 @@ def plan_node_net(config: KitConfig, sources: Mapping[str, str], role: Role, hos
             ipaddress.IPv4Address(config.node_ip)
         except ValueError:
             raise ConfigError(
-                f"{config.node_ip!r} is not a numeric IPv4 address", key="node_ip",
-                source=_src(sources, "node_ip"), hint="use this node's IP, or auto",
+                f"{config.node_ip!r} is not a numeric IPv4 address",
+                key="node_ip",
+                source=_src(sources, "node_ip"),
+                hint="use this node's IP, or auto",
             ) from None
         owners = [n for n, a in host.interfaces.items() if a == config.node_ip]
         if not owners:
             raise ConfigError(
-                f"{config.node_ip} is not an address of this host", key="node_ip",
+                f"{config.node_ip} is not an address of this host",
+                key="node_ip",
                 source=_src(sources, "node_ip"),
                 hint="use one of: " + ", ".join(f"{a} ({n})" for n, a in sorted(host.interfaces.items())),
             )
@@ -244,22 +276,26 @@ def plan_node_net(config: KitConfig, sources: Mapping[str, str], role: Role, hos
     elif iface is not None:
         ip = host.interfaces[iface]
     else:
-        ip = None
+        found = None
         if not role.is_head and host.route_to_head:
-            ip = host.route_to_head
+            found = host.route_to_head
         elif host.default_interface and host.default_interface in host.interfaces:
-            ip = host.interfaces[host.default_interface]
-        if ip is None:
+            found = host.interfaces[host.default_interface]
+        if found is None:
             raise ConfigError(
                 "cannot find this node's IP (no route to the head and no default route)",
-                key="node_ip", hint="pass --node-ip or --interface",
+                key="node_ip",
+                hint="pass --node-ip or --interface",
             )
+        ip = found
         owners = [n for n, a in host.interfaces.items() if a == ip]
         iface = owners[0] if owners else (host.default_interface or "")
     if ip.startswith("127.") and config.nodes > 1:
         raise ConfigError(
-            f"node IP {ip} is a loopback address; other nodes cannot reach it", key="node_ip",
-            source=_src(sources, "node_ip"), hint="pass --node-ip or --interface for the cluster network",
+            f"node IP {ip} is a loopback address; other nodes cannot reach it",
+            key="node_ip",
+            source=_src(sources, "node_ip"),
+            hint="pass --node-ip or --interface for the cluster network",
         )
     head = ip if role.is_head else str(config.head_address)
     return NodeNet(ip=ip, interface=iface, head_address=head)

@@ -21,10 +21,14 @@ def vllm_serve_argv(config: KitConfig, role: Role) -> list[Arg]:
         argv += ["--distributed-executor-backend", "ray"]
     elif config.nodes > 1:
         argv += [
-            "--nnodes", str(config.nodes),
-            "--node-rank", EnvRef("KIT_NODE_RANK"),
-            "--master-addr", EnvRef("KIT_HEAD_ADDRESS"),
-            "--master-port", str(config.ports.mp_master),
+            "--nnodes",
+            str(config.nodes),
+            "--node-rank",
+            EnvRef("KIT_NODE_RANK"),
+            "--master-addr",
+            EnvRef("KIT_HEAD_ADDRESS"),
+            "--master-port",
+            str(config.ports.mp_master),
         ]
         if not role.is_head:
             argv.append("--headless")

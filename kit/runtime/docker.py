@@ -57,8 +57,9 @@ class DockerRuntime(Runtime):
             "labels": dict((image.attrs.get("Config") or {}).get("Labels") or {}),
         }
 
-    def pull_events(self, repository: str, tag: str, auth_config: Mapping[str, str] | None = None
-                    ) -> Iterator[dict[str, Any]]:
+    def pull_events(
+        self, repository: str, tag: str, auth_config: Mapping[str, str] | None = None
+    ) -> Iterator[dict[str, Any]]:
         """Low-level streaming pull; raises ImageError for errors inside the stream."""
         docker = _docker()
         try:
@@ -66,28 +67,45 @@ class DockerRuntime(Runtime):
             for event in stream:
                 if "errorDetail" in event or "error" in event:
                     detail = event.get("errorDetail", {}).get("message") or event.get("error")
-                    raise ImageError(f"pull of {repository}:{tag} failed: {detail}",
-                                     hint="check the image name, tag and registry credentials (docker login)")
+                    raise ImageError(
+                        f"pull of {repository}:{tag} failed: {detail}",
+                        hint="check the image name, tag and registry credentials (docker login)",
+                    )
                 yield event
         except docker.errors.APIError as exc:
-            raise ImageError(f"pull of {repository}:{tag} failed: {_short(exc)}",
-                             hint="check the image name, tag and registry credentials (docker login)") from None
+            raise ImageError(
+                f"pull of {repository}:{tag} failed: {_short(exc)}",
+                hint="check the image name, tag and registry credentials (docker login)",
+            ) from None
         except (ConnectionError, OSError) as exc:
-            raise ImageError(f"pull of {repository}:{tag} was cut off: {_short(exc)}",
-                             hint="check that the registry is reachable and retry") from None
+            raise ImageError(
+                f"pull of {repository}:{tag} was cut off: {_short(exc)}",
+                hint="check that the registry is reachable and retry",
+            ) from None
         except Exception as exc:
             if isinstance(exc, KitError):
                 raise
             # requests' ChunkedEncodingError/ProtocolError when the registry disappears mid-pull
-            raise ImageError(f"pull of {repository}:{tag} was cut off: {_short(exc)}",
-                             hint="check that the registry is reachable and retry") from None
+            raise ImageError(
+                f"pull of {repository}:{tag} was cut off: {_short(exc)}",
+                hint="check that the registry is reachable and retry",
+            ) from None
 
-    def build_events(self, context: str, tag: str, buildargs: Mapping[str, str], dockerfile: str = "Dockerfile"
-                     ) -> Iterator[dict[str, Any]]:
+    def build_events(
+        self, context: str, tag: str, buildargs: Mapping[str, str], dockerfile: str = "Dockerfile"
+    ) -> Iterator[dict[str, Any]]:
         docker = _docker()
         try:
-            for event in self.api.build(path=context, tag=tag, buildargs=dict(buildargs), dockerfile=dockerfile,
-                                        rm=True, forcerm=True, decode=True, labels={"kit.managed": "true"}):
+            for event in self.api.build(
+                path=context,
+                tag=tag,
+                buildargs=dict(buildargs),
+                dockerfile=dockerfile,
+                rm=True,
+                forcerm=True,
+                decode=True,
+                labels={"kit.managed": "true"},
+            ):
                 if "errorDetail" in event or "error" in event:
                     detail = event.get("errorDetail", {}).get("message") or event.get("error")
                     raise ImageError(f"build of {tag} failed: {str(detail).strip()}")
@@ -106,11 +124,14 @@ class DockerRuntime(Runtime):
             return
         ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=subnet)])
         try:
-            self.client.networks.create(name, driver="bridge", ipam=ipam,
-                                        labels={"kit.managed": "true", "kit.cluster": cluster})
+            self.client.networks.create(
+                name, driver="bridge", ipam=ipam, labels={"kit.managed": "true", "kit.cluster": cluster}
+            )
         except docker.errors.APIError as exc:
-            raise StartError(f"cannot create Docker network {name} ({subnet}): {_short(exc)}",
-                             hint="pick another network_subnet that does not overlap an existing network") from None
+            raise StartError(
+                f"cannot create Docker network {name} ({subnet}): {_short(exc)}",
+                hint="pick another network_subnet that does not overlap an existing network",
+            ) from None
 
     # ---- containers ---------------------------------------------------------------------
     def find_container(self, name: str) -> Any | None:
@@ -135,8 +156,7 @@ class DockerRuntime(Runtime):
         except docker.errors.ImageNotFound:
             raise ImageError(f"image {spec.image} is not on this host", hint=f"run `kit pull {spec.image}`") from None
         except docker.errors.APIError as exc:
-            raise StartError(f"cannot start {spec.name}: {_short(exc)}",
-                             hint=_start_hint(str(exc))) from None
+            raise StartError(f"cannot start {spec.name}: {_short(exc)}", hint=_start_hint(str(exc))) from None
 
     def state(self, name: str) -> str | None:
         container = self.find_container(name)
@@ -165,7 +185,12 @@ class DockerRuntime(Runtime):
             yield chunk.decode(errors="replace")
 
     def wait_for_mark(
-        self, name: str, marks: Sequence[str], *, timeout: float, on_progress: Callable[[str], None],
+        self,
+        name: str,
+        marks: Sequence[str],
+        *,
+        timeout: float,
+        on_progress: Callable[[str], None],
         what: str,
     ) -> str:
         """Wait until a log line contains one of `marks`; fail fast if the container exits."""
@@ -175,8 +200,8 @@ class DockerRuntime(Runtime):
             container = self.find_container(name)
             if container is None:
                 raise StartError(f"{name} disappeared while waiting for {what}")
-            text = container.logs().decode(errors="replace")
-            lines = [ln for ln in text.splitlines() if ln.strip()]
+            text: str = container.logs().decode(errors="replace")
+            lines: list[str] = [ln for ln in text.splitlines() if ln.strip()]
             for line in lines:
                 if any(m in line for m in marks):
                     return line
@@ -186,11 +211,17 @@ class DockerRuntime(Runtime):
             container.reload()
             if container.status in ("exited", "dead"):
                 code = container.attrs.get("State", {}).get("ExitCode")
-                raise StartError(f"{name} exited (code {code}) before {what}", details=lines[-20:],
-                                 hint=f"see `kit logs` and `kit diagnose`; fix, then `kit up --replace`")
+                raise StartError(
+                    f"{name} exited (code {code}) before {what}",
+                    details=lines[-20:],
+                    hint="see `kit logs` and `kit diagnose`; fix, then `kit up --replace`",
+                )
             if time.monotonic() > deadline:
-                raise StartError(f"{name}: timed out after {timeout:.0f} s waiting for {what}",
-                                 details=lines[-20:], hint="check the other nodes and `kit status`; raise timeouts.join")
+                raise StartError(
+                    f"{name}: timed out after {timeout:.0f} s waiting for {what}",
+                    details=lines[-20:],
+                    hint="check the other nodes and `kit status`; raise timeouts.join",
+                )
             time.sleep(1)
 
     def find_nodes(self, cluster: str) -> list[NodeHandle]:
@@ -204,7 +235,7 @@ class DockerRuntime(Runtime):
         digest = None
         if image_id:
             info = self.image_info(image_id)
-            digest = (info["repo_digests"][0] if info and info["repo_digests"] else image_id)
+            digest = info["repo_digests"][0] if info and info["repo_digests"] else image_id
         return NodeHandle(
             name=container.name,
             cluster=labels.get("kit.cluster", ""),
@@ -218,16 +249,25 @@ class DockerRuntime(Runtime):
             labels=dict(labels),
         )
 
-    def exec(self, node: NodeHandle, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-             timeout: float | None = None) -> ExecResult:
+    def exec(
+        self,
+        node: NodeHandle,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> ExecResult:
         container = self.find_container(node.name)
         if container is None:
             raise StartError(f"{node.name} does not exist", hint="start it with `kit up`")
         exec_id = self.api.exec_create(container.id, list(argv), environment=dict(env or {}))["Id"]
         out, err = self.api.exec_start(exec_id, demux=True)
         code = self.api.exec_inspect(exec_id).get("ExitCode")
-        return ExecResult(returncode=int(code if code is not None else -1),
-                          stdout=(out or b"").decode(errors="replace"), stderr=(err or b"").decode(errors="replace"))
+        return ExecResult(
+            returncode=int(code if code is not None else -1),
+            stdout=(out or b"").decode(errors="replace"),
+            stderr=(err or b"").decode(errors="replace"),
+        )
 
     def exec_detached(self, node: NodeHandle, argv: Sequence[str]) -> None:
         container = self.find_container(node.name)

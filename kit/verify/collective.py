@@ -1,0 +1,273 @@
+"""Collective probe: an all-reduce across every GPU of every node, with bus bandwidth.
+
+Self-contained on purpose (standard library at import time, torch imported in the workers):
+kit runs it inside arbitrary images as `python3 collective.py` or `python3 -c "<source>"`.
+One invocation per node; it forks one worker per local GPU (fork, so it also works from `-c`;
+the parent never touches CUDA). Rendezvous is torch.distributed's TCP store at the head:
+
+    MASTER_ADDR, MASTER_PORT   the head's node IP and a free port
+    KIT_NODE_RANK, KIT_NNODES  this node's rank and the number of nodes (NODE_RANK/NNODES too)
+    KIT_NPROC                  workers on this node (default: visible GPUs, else 1 on CPU/Gloo)
+    KIT_SIZES                  message sizes, e.g. "1M,32M,1G"
+
+NCCL_DEBUG=INFO goes to per-process files (NCCL_DEBUG_FILE) so the JSON on stdout stays clean;
+the captured lines are returned for kit to classify (kit.verify.nccl). Bus bandwidth follows
+nccl-tests: busbw = algbw x 2(n-1)/n, timed with CUDA events over many iterations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import multiprocessing
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from typing import Any
+
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
+
+
+def parse_size(text: str) -> int:
+    t = text.strip().upper().removesuffix("IB").removesuffix("B")
+    unit = t[-1] if t and t[-1] in _UNITS else ""
+    return int(float(t[: len(t) - len(unit)]) * _UNITS[unit])
+
+
+def busbw(algbw: float, world_size: int) -> float:
+    return algbw * 2 * (world_size - 1) / world_size if world_size > 1 else algbw
+
+
+def _env(*names: str, default: str | None = None) -> str | None:
+    for name in names:
+        if os.environ.get(name):
+            return os.environ[name]
+    return default
+
+
+def local_gpu_count() -> int:
+    """GPUs this node may use, without initialising CUDA in the parent (workers are forked)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for ln in out.stdout.splitlines() if ln.startswith("GPU ")) if out.returncode == 0 else 0
+
+
+def _worker(local_rank: int, cfg: dict[str, Any], outdir: str) -> None:
+    rank = cfg["node_rank"] * cfg["nproc"] + local_rank
+    result: dict[str, Any] = {"rank": rank, "local_rank": local_rank, "error": None}
+    try:
+        result.update(_measure(rank, local_rank, cfg))
+    except BaseException as exc:
+        result["error"] = f"{type(exc).__name__}: {exc}"
+        result["traceback"] = traceback.format_exc()[-2000:]
+    with open(os.path.join(outdir, f"rank{local_rank}.json"), "w") as fh:
+        json.dump(result, fh)
+    os._exit(0 if result["error"] is None else 1)
+
+
+def _measure(rank: int, local_rank: int, cfg: dict[str, Any]) -> dict[str, Any]:
+    import datetime
+
+    import torch  # type: ignore[import-not-found,unused-ignore]
+    import torch.distributed as dist  # type: ignore[import-not-found,unused-ignore]
+
+    world = cfg["world_size"]
+    gpu = cfg["backend"] == "nccl"
+    if gpu:
+        torch.cuda.set_device(local_rank)
+    device = torch.device("cuda", local_rank) if gpu else torch.device("cpu")
+    dist.init_process_group(
+        cfg["backend"],
+        init_method=f"tcp://{cfg['master_addr']}:{cfg['master_port']}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=cfg["timeout_s"]),
+    )
+    out: dict[str, Any] = {"device": str(device), "torch": torch.__version__}
+    if gpu:
+        out["device_name"] = torch.cuda.get_device_name(local_rank)
+        out["nccl"] = ".".join(str(p) for p in torch.cuda.nccl.version())
+
+    def sync() -> None:
+        if gpu:
+            torch.cuda.synchronize()
+
+    # Correctness: integers small enough to be exact in float32.
+    n = 1 << 20
+    pattern = torch.arange(n, device=device, dtype=torch.float32).remainder_(251).add_(1)
+    t = pattern * (rank + 1)
+    dist.all_reduce(t)
+    out["correct"] = bool(torch.equal(t, pattern * (world * (world + 1) // 2)))
+
+    results = []
+    for size in cfg["sizes"]:
+        buf = torch.zeros(max(size // 4, 1), device=device, dtype=torch.float32)
+        for _ in range(cfg["warmup"]):
+            dist.all_reduce(buf)
+        sync()
+        # Estimate the time per call, agree on one iteration count (every rank must run the same
+        # number of collectives), then time that many back to back.
+        t0 = time.perf_counter()
+        for _ in range(3):
+            dist.all_reduce(buf)
+        sync()
+        est = torch.tensor([(time.perf_counter() - t0) / 3], dtype=torch.float64, device=device)
+        dist.all_reduce(est, op=dist.ReduceOp.MAX)
+        iters = int(min(cfg["max_iters"], max(cfg["min_iters"], cfg["budget_s"] / max(est.item(), 1e-7))))
+        dist.barrier()
+        sync()
+        if gpu:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(iters):
+                dist.all_reduce(buf)
+            end.record()
+            end.synchronize()
+            elapsed = start.elapsed_time(end) / 1e3
+        else:
+            t0 = time.perf_counter()
+            for _ in range(iters):
+                dist.all_reduce(buf)
+            elapsed = time.perf_counter() - t0
+        slowest = torch.tensor([elapsed], dtype=torch.float64, device=device)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        per_call = slowest.item() / iters
+        nbytes = buf.numel() * 4
+        algbw = nbytes / per_call / 1e9
+        results.append(
+            {
+                "bytes": nbytes,
+                "iters": iters,
+                "time_us": round(per_call * 1e6, 2),
+                "algbw_gbps": round(algbw, 2),
+                "busbw_gbps": round(busbw(algbw, world), 2),
+            }
+        )
+        del buf
+    out["results"] = results
+    dist.barrier()
+    dist.destroy_process_group()
+    return out
+
+
+def _nccl_lines(logdir: str) -> list[str]:
+    lines: list[str] = []
+    for path in sorted(glob.glob(os.path.join(logdir, "nccl.*.log"))):
+        with open(path, errors="replace") as fh:
+            lines.extend(ln.rstrip("\n") for ln in fh if "NCCL" in ln)
+    return lines
+
+
+def run(cfg: dict[str, Any]) -> dict[str, Any]:
+    started = time.monotonic()
+    workdir = tempfile.mkdtemp(prefix="kit-collective-")
+    if cfg["backend"] == "nccl":
+        os.environ.setdefault("NCCL_DEBUG", "INFO")
+        os.environ.setdefault("NCCL_DEBUG_FILE", os.path.join(workdir, "nccl.%h.%p.log"))
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_worker, args=(i, cfg, workdir)) for i in range(cfg["nproc"])]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + cfg["timeout_s"] + 60
+    error = None
+    while any(p.is_alive() for p in procs):
+        failed = [p for p in procs if p.exitcode not in (None, 0)]
+        if failed or time.monotonic() > deadline:
+            # One rank failed or all hang: the others would wait for it until their timeout.
+            grace = time.monotonic() + (3 if failed else 0)
+            while time.monotonic() < grace and any(p.is_alive() for p in procs):
+                time.sleep(0.1)
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+            if not failed:
+                error = f"timed out after {cfg['timeout_s'] + 60}s"
+            break
+        time.sleep(0.05)
+    for p in procs:
+        p.join()
+    ranks = []
+    for i in range(cfg["nproc"]):
+        path = os.path.join(workdir, f"rank{i}.json")
+        if os.path.exists(path):
+            with open(path) as fh:
+                ranks.append(json.load(fh))
+        else:
+            ranks.append({"local_rank": i, "error": error or f"worker exited with {procs[i].exitcode}"})
+    errors = [r["error"] for r in ranks if r.get("error")]
+    lead = ranks[0] if ranks else {}
+    return {
+        "probe": "collective",
+        "hostname": socket.gethostname(),
+        "backend": cfg["backend"],
+        "node_rank": cfg["node_rank"],
+        "nnodes": cfg["nnodes"],
+        "nproc": cfg["nproc"],
+        "world_size": cfg["world_size"],
+        "master": f"{cfg['master_addr']}:{cfg['master_port']}",
+        "ok": not errors,
+        "error": errors[0] if errors else None,
+        "correct": all(r.get("correct") is True for r in ranks) and not errors,
+        "results": lead.get("results", []),
+        "ranks": [{k: v for k, v in r.items() if k != "results"} for r in ranks],
+        "torch": lead.get("torch"),
+        "nccl": lead.get("nccl"),
+        "nccl_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("NCCL_", "GLOO_"))},
+        "nccl_lines": _nccl_lines(workdir),
+        "wall_s": round(time.monotonic() - started, 3),
+    }
+
+
+def config(argv: list[str] | None = None) -> dict[str, Any]:
+    p = argparse.ArgumentParser(prog="kit-collective", description=__doc__)
+    p.add_argument("--master-addr", default=_env("MASTER_ADDR", default="127.0.0.1"))
+    p.add_argument("--master-port", type=int, default=int(_env("MASTER_PORT", default="29512") or 0))
+    p.add_argument("--node-rank", type=int, default=int(_env("KIT_NODE_RANK", "NODE_RANK", default="0") or 0))
+    p.add_argument("--nnodes", type=int, default=int(_env("KIT_NNODES", "NNODES", default="1") or 1))
+    p.add_argument("--nproc", type=int, default=int(_env("KIT_NPROC", default="0") or 0))
+    p.add_argument("--backend", choices=["auto", "nccl", "gloo"], default=_env("KIT_BACKEND", default="auto"))
+    p.add_argument("--sizes", default=_env("KIT_SIZES", default="1M,32M,256M,1G"))
+    p.add_argument("--budget-s", type=float, default=float(_env("KIT_BUDGET_S", default="0.5") or 0.5))
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--min-iters", type=int, default=5)
+    p.add_argument("--max-iters", type=int, default=1000)
+    p.add_argument("--timeout-s", type=int, default=int(_env("KIT_TIMEOUT_S", default="120") or 120))
+    a = p.parse_args(argv)
+    gpus = local_gpu_count()
+    backend = a.backend if a.backend != "auto" else ("nccl" if gpus else "gloo")
+    nproc = a.nproc or (gpus if backend == "nccl" else 1)
+    return {
+        "master_addr": a.master_addr,
+        "master_port": a.master_port,
+        "node_rank": a.node_rank,
+        "nnodes": a.nnodes,
+        "nproc": nproc,
+        "world_size": nproc * a.nnodes,
+        "backend": backend,
+        "sizes": [parse_size(s) for s in a.sizes.split(",") if s.strip()],
+        "budget_s": a.budget_s,
+        "warmup": a.warmup,
+        "min_iters": a.min_iters,
+        "max_iters": a.max_iters,
+        "timeout_s": a.timeout_s,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    result = run(config(argv))
+    print(json.dumps(result, sort_keys=True))
+    return 0 if result["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,234 @@
+"""Classify known failure lines of multi-node vLLM/Ray/NCCL logs (FIELD_NOTES section 1).
+
+Each rule maps a message to its cause and fix; `row` is the FIELD_NOTES section 1 row it comes
+from. Pure functions over text; the NCCL transport of the same log comes from kit.verify.nccl.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from kit.verify import nccl
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    pattern: re.Pattern[str]
+    cause: str
+    fix: str
+    row: int | None = None  # FIELD_NOTES section 1 row
+
+
+def _rule(id: str, pattern: str, cause: str, fix: str, row: int | None = None) -> Rule:
+    return Rule(id, re.compile(pattern, re.IGNORECASE), cause, fix, row)
+
+
+_IP_FIX = (
+    "use one numeric node IP per node, passed as both VLLM_HOST_IP and `ray start "
+    "--node-ip-address`, with host networking (kit up does this); `kit verify` checks it"
+)
+
+RULES: tuple[Rule, ...] = (
+    _rule(
+        "placement-group-ip",
+        r"No available node types can fulfill resource request.*node:|"
+        r"Waiting for creating a placement group",
+        "vLLM's idea of the node IP differs from the IP Ray registered (several NICs, container "
+        "IP vs host IP), so the placement group cannot be placed",
+        _IP_FIX,
+        1,
+    ),
+    _rule(
+        "node-registered-by-hostname",
+        r"resource request[^\n]*'node:(?!\d+\.\d+\.\d+\.\d+')[^']+'",
+        "a node was registered by hostname rather than by a numeric IP",
+        "always pass a numeric IPv4 `--node-ip-address` to `ray start` (kit does)",
+        2,
+    ),
+    _rule(
+        "raylet-ip-mismatch",
+        r"cannot find a local Raylet with the same address",
+        "the process sees a different IP (container IP) than the Raylet registered (host IP)",
+        "run nodes with host networking and the same IP everywhere (VLLM_HOST_IP = Ray node IP)",
+        9,
+    ),
+    _rule(
+        "gloo-interface",
+        r"Gloo connectFullMesh failed|gloo/transport/tcp/\S+.*(?:Connection refused|timed out)",
+        "Gloo picked the wrong network interface (not the one that carries the node IP)",
+        "set GLOO_SOCKET_IFNAME (one concrete name) and NCCL_SOCKET_IFNAME to the interface of the node IP",
+        3,
+    ),
+    _rule(
+        "nccl-bootstrap-interface",
+        r"Bootstrap\s*:\s*no socket interface found|NCCL WARN.*(?:socketStartConnect|"
+        r"Connect to \S+ failed)",
+        "NCCL bootstraps over an interface the other nodes cannot reach",
+        "set NCCL_SOCKET_IFNAME to the interface that carries the node IP (or `^lo,docker`)",
+        3,
+    ),
+    _rule(
+        "nccl-unhandled-system-error",
+        r"unhandled system error",
+        "NCCL failed a system call at init, typically RDMA without IPC_LOCK/memlock or an unshared /dev/shm",
+        "start containers with --cap-add IPC_LOCK --ulimit memlock=-1 --ipc=host (and "
+        "--device /dev/infiniband when the host has IB); rerun with NCCL_DEBUG=INFO for the call",
+        5,
+    ),
+    _rule(
+        "shm-exhausted",
+        r"Error while creating shared memory segment|/dev/shm/nccl-|"
+        r"object store is using /tmp instead of /dev/shm|No space left on device.*shm",
+        "/dev/shm is too small (Docker's default is 64 MB)",
+        "start containers with --ipc=host, or --shm-size sized from host memory",
+        6,
+    ),
+    _rule(
+        "ray-version-mismatch",
+        r"Version mismatch: The cluster was started with",
+        "nodes run different Ray (or Python) versions: different images or pip trees",
+        "use the same image digest on every node (`kit pull` on each node; `kit verify` compares versions)",
+        7,
+    ),
+    _rule(
+        "gpu-count-mismatch",
+        r"number of required GPUs exceeds the total number of available GPUs|"
+        r"exceeds the total number of available GPUs",
+        "tensor-parallel x pipeline-parallel size does not match the GPUs in the cluster",
+        "make TP x PP equal nodes x GPUs per node (`kit plan` sizes it); wait until every node has joined",
+        8,
+    ),
+    _rule(
+        "hf-gated-or-missing",
+        r"401 Client Error|GatedRepoError|Cannot access gated repo|LocalEntryNotFoundError|"
+        r"does not appear to have a file named",
+        "the Hugging Face token or model snapshot is only on some nodes",
+        "mount the same HF cache on every node and pass the token as a file (HF_TOKEN_PATH) to every node",
+        10,
+    ),
+    _rule(
+        "collective-deadlock",
+        r"Watchdog caught collective operation timeout|symm(?:etric)?[_ ]?mem.*(?:error|fail|"
+        r"timeout|hang)|custom[_ ]all[_ ]?reduce.*(?:error|fail|timeout|hang)",
+        "a collective hung at start-up; symmetric memory / custom all-reduce deadlocks are known in some vLLM versions",
+        "try VLLM_ALLREDUCE_USE_SYMM_MEM=0 and/or `vllm serve --disable-custom-all-reduce`",
+        12,
+    ),
+    _rule(
+        "engine-start-timeout",
+        r"Timed out waiting for engines to send initial message",
+        "the engine took longer to load than vLLM's default ready timeout",
+        "raise VLLM_ENGINE_READY_TIMEOUT_S (kit passes it through) and kit's readiness deadline",
+        13,
+    ),
+    _rule(
+        "ray-temp-dir",
+        r"AF_UNIX path length cannot exceed|Failed to bind.*Address already in use|"
+        r"address already in use.*(?:gcs|raylet|6379)",
+        "Ray's temp dir or ports collide on a shared host",
+        "pin Ray's ports and use a per-job --temp-dir (kit does under SLURM)",
+        14,
+    ),
+    _rule(
+        "gcs-unreachable",
+        r"Failed to connect to GCS|Unable to connect to GCS|"
+        r"Could not find any running Ray instance",
+        "a worker started before the head or cannot reach it",
+        "start the head first; kit's workers retry joining until a deadline",
+        17,
+    ),
+    _rule(
+        "cuda-oom",
+        r"CUDA out of memory|OutOfMemoryError|Cuda failure 'out of memory'",
+        "the GPU ran out of memory (weights + KV cache do not fit)",
+        "lower --gpu-memory-utilization/--max-model-len or use more GPUs (`kit plan`)",
+        None,
+    ),
+)
+
+
+@dataclass
+class Finding:
+    rule: str
+    cause: str
+    fix: str
+    row: int | None
+    count: int
+    first_line: int  # 1-based
+    sample: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "rule": self.rule,
+            "cause": self.cause,
+            "fix": self.fix,
+            "field_notes_row": self.row,
+            "count": self.count,
+            "first_line": self.first_line,
+            "sample": self.sample,
+        }
+
+
+@dataclass
+class Diagnosis:
+    findings: list[Finding] = field(default_factory=list)
+    transport: nccl.TransportSummary | None = None
+    lines: int = 0
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "findings": [f.to_dict() for f in self.findings],
+            "transport": self.transport.to_dict() if self.transport else None,
+            "lines": self.lines,
+        }
+
+
+_SOCKET_FALLBACK = Rule(
+    "nccl-socket-fallback",
+    re.compile(r"via NET/Socket"),
+    "NCCL sends inter-node traffic over TCP sockets (NET/Socket): either the cluster has no RDMA "
+    "network or the container cannot use it",
+    "if the hosts have InfiniBand/RoCE, start containers with --device /dev/infiniband "
+    "--cap-add IPC_LOCK --ulimit memlock=-1 and RDMA userland (libibverbs, libmlx5) in the image",
+    4,
+)
+
+
+def classify_lines(lines: Iterable[str]) -> Diagnosis:
+    """Every rule that matched, in first-seen order, plus the NCCL transport summary."""
+    found: dict[str, Finding] = {}
+    kept: list[str] = []
+    n = 0
+    for n, raw in enumerate(lines, start=1):
+        line = raw.rstrip("\n")
+        kept.append(line)
+        for rule in RULES:
+            if rule.pattern.search(line):
+                if rule.id in found:
+                    found[rule.id].count += 1
+                else:
+                    found[rule.id] = Finding(rule.id, rule.cause, rule.fix, rule.row, 1, n, line.strip()[:300])
+    summary = nccl.summarize_lines(kept)
+    findings = list(found.values())
+    socket_inter = summary.inter.get(nccl.Transport.SOCKET.value, 0)
+    if socket_inter:
+        first = next((i for i, ln in enumerate(kept, 1) if "via NET/Socket" in ln), 0)
+        cause = _SOCKET_FALLBACK.cause
+        if summary.ib_devices:
+            cause += f", although NCCL lists {', '.join(sorted(summary.ib_devices))}"
+        findings.append(
+            Finding(
+                _SOCKET_FALLBACK.id,
+                cause,
+                _SOCKET_FALLBACK.fix,
+                _SOCKET_FALLBACK.row,
+                socket_inter,
+                first,
+                kept[first - 1].strip()[:300] if first else "",
+            )
+        )
+    has_transport = bool(summary.intra or summary.inter or summary.version)
+    return Diagnosis(findings=findings, transport=summary if has_transport else None, lines=n)

@@ -1,0 +1,352 @@
+"""Node probe: GPU inventory, versions and node facts, printed as one JSON object.
+
+Self-contained on purpose: kit runs it inside arbitrary images as `python3 probe.py` or
+`python3 -c "<this source>"`, so it imports only the standard library at import time and
+torch lazily. Do not import kit here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes.util
+import hashlib
+import json
+import os
+import platform
+import re
+import resource
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+PROBE_VERSION = "1"
+SIOCGIFADDR = 0x8915
+
+
+def _run(argv: list[str], timeout: float = 20.0) -> tuple[int, str]:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return 127, str(exc)
+    return proc.returncode, proc.stdout + (proc.stderr if proc.returncode else "")
+
+
+def _dist_version(name: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _read(path: str | Path) -> str | None:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return None
+
+
+# --- GPUs ---------------------------------------------------------------------------------
+
+
+def parse_query_gpu(text: str) -> list[dict[str, Any]]:
+    """`nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,memory.total,driver_version
+    --format=csv,noheader,nounits` (a header line and unit suffixes are tolerated)."""
+    gpus = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) < 6 or not cells[0].isdigit():
+            continue
+        mem = re.sub(r"[^\d]", "", cells[4])
+        gpus.append(
+            {
+                "index": int(cells[0]),
+                "name": cells[1],
+                "uuid": cells[2],
+                "bus_id": cells[3],
+                "memory_mib": int(mem) if mem else None,
+                "driver": cells[5],
+            }
+        )
+    return gpus
+
+
+def parse_topo(text: str) -> dict[str, Any]:
+    """`nvidia-smi topo -m`: the GPU-to-GPU link matrix (ANSI escapes are stripped)."""
+    clean = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    rows = [ln.split() for ln in clean.splitlines() if re.match(r"^GPU\d+\s", ln)]
+    links: dict[str, str] = {}
+    for row in rows:
+        i = int(row[0][3:])
+        for j, cell in enumerate(row[1 : len(rows) + 1]):
+            if j > i:
+                links[f"{i}-{j}"] = cell
+    nvlinked = bool(links) and all(v.startswith("NV") for v in links.values())
+    return {"links": links, "all_nvlink": nvlinked if links else None}
+
+
+def gpu_inventory() -> dict[str, Any]:
+    fields = "index,name,uuid,pci.bus_id,memory.total,driver_version"
+    rc, out = _run(["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits"])
+    info: dict[str, Any] = {"nvidia_smi": rc == 0, "gpus": parse_query_gpu(out) if rc == 0 else []}
+    if rc != 0:
+        info["nvidia_smi_error"] = out.strip()[-300:]
+    if len(info["gpus"]) > 1:
+        rc, out = _run(["nvidia-smi", "topo", "-m"])
+        info["topology"] = parse_topo(out) if rc == 0 else None
+    return info
+
+
+def torch_facts() -> dict[str, Any]:
+    """Import torch (slow) and ask whether CUDA is usable; never raises."""
+    try:
+        import torch  # type: ignore[import-not-found,unused-ignore]
+    except Exception as exc:  # any import failure is a finding, not a crash
+        return {"importable": False, "error": f"{type(exc).__name__}: {exc}"}
+    facts: dict[str, Any] = {
+        "importable": True,
+        "version": torch.__version__,
+        "cuda": torch.version.cuda,
+    }
+    try:
+        facts["cuda_available"] = bool(torch.cuda.is_available())
+        facts["device_count"] = torch.cuda.device_count() if facts["cuda_available"] else 0
+        if facts["cuda_available"]:
+            facts["nccl"] = ".".join(str(p) for p in torch.cuda.nccl.version())
+            facts["devices"] = [
+                {
+                    "name": torch.cuda.get_device_name(i),
+                    "memory_mib": torch.cuda.get_device_properties(i).total_memory // 2**20,
+                }
+                for i in range(facts["device_count"])
+            ]
+    except Exception as exc:
+        facts["cuda_available"] = False
+        facts["error"] = f"{type(exc).__name__}: {exc}"
+    return facts
+
+
+# --- network ------------------------------------------------------------------------------
+
+
+def route_ip(target: str) -> str | None:
+    """The local IP the kernel would use to reach target (UDP connect sends no packet)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((target, 9))
+            ip: str = s.getsockname()[0]
+            return ip
+    except OSError:
+        return None
+
+
+def interface_addresses() -> dict[str, str]:
+    """IPv4 address of every interface, via SIOCGIFADDR (no `ip` binary needed)."""
+    import fcntl
+
+    result = {}
+    try:
+        names = [name for _, name in socket.if_nameindex()]
+    except OSError:
+        return {}
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for name in names:
+            try:
+                req = struct.pack("256s", name.encode()[:15])
+                addr = fcntl.ioctl(s.fileno(), SIOCGIFADDR, req)[20:24]
+            except OSError:
+                continue
+            result[name] = socket.inet_ntoa(addr)
+    return result
+
+
+def ray_node_ip(temp_dir: str) -> str | None:
+    """The IP this node's Ray registered (Ray caches it in the session dir)."""
+    data = _read(Path(temp_dir) / "session_latest" / "node_ip_address.json")
+    if not data:
+        return None
+    try:
+        value = json.loads(data).get("node_ip_address")
+    except (ValueError, AttributeError):
+        return None
+    return str(value) if value else None
+
+
+def network_facts(head_ip: str | None) -> dict[str, Any]:
+    addrs = interface_addresses()
+    host_ip = os.environ.get("VLLM_HOST_IP") or None
+    routed = route_ip(head_ip or "192.0.2.1")  # TEST-NET: any routable target gives the default
+    node_ip = host_ip or routed
+    iface = next((n for n, a in addrs.items() if a == node_ip), None)
+    ray_tmp = os.environ.get("KIT_RAY_TEMP_DIR") or os.environ.get("RAY_TMPDIR") or "/tmp/ray"
+    return {
+        "hostname": socket.gethostname(),
+        "node_ip": node_ip,
+        "interface": iface,
+        "route_ip": routed,
+        "vllm_host_ip": host_ip,
+        "interfaces": addrs,
+        "ray_node_ip": ray_node_ip(ray_tmp),
+        "nccl_socket_ifname": os.environ.get("NCCL_SOCKET_IFNAME"),
+        "gloo_socket_ifname": os.environ.get("GLOO_SOCKET_IFNAME"),
+    }
+
+
+# --- node facts ---------------------------------------------------------------------------
+
+
+def infiniband(sys_root: str = "/sys", dev_root: str = "/dev") -> dict[str, Any]:
+    devices = []
+    base = Path(sys_root) / "class" / "infiniband"
+    for dev in sorted(base.iterdir()) if base.is_dir() else []:
+        for port in sorted((dev / "ports").iterdir()) if (dev / "ports").is_dir() else []:
+            state = _read(port / "state") or ""
+            devices.append(
+                {
+                    "device": dev.name,
+                    "port": int(port.name) if port.name.isdigit() else port.name,
+                    "state": state.split(":")[-1].strip(),  # "4: ACTIVE" -> "ACTIVE"
+                    "link_layer": _read(port / "link_layer"),  # "InfiniBand" | "Ethernet" (RoCE)
+                    "rate": _read(port / "rate"),
+                }
+            )
+    dev_ib = Path(dev_root) / "infiniband"
+    uverbs = sorted(p.name for p in dev_ib.glob("uverbs*")) if dev_ib.is_dir() else []
+    peermem = any(
+        Path(sys_root, p).exists()
+        for p in ("module/nvidia_peermem", "module/nv_peer_mem", "kernel/mm/memory_peers/nv_mem")
+    )
+    return {
+        "devices": devices,
+        "dev_infiniband": uverbs,  # what the container can open; empty means not passed in
+        "gdr_module": peermem,
+        "userland": {
+            "libibverbs": ctypes.util.find_library("ibverbs"),
+            "libmlx5": ctypes.util.find_library("mlx5"),
+        },
+    }
+
+
+def shm_facts(path: str = "/dev/shm") -> dict[str, Any]:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return {"path": path, "size_bytes": None, "free_bytes": None}
+    return {
+        "path": path,
+        "size_bytes": st.f_blocks * st.f_frsize,
+        "free_bytes": st.f_bavail * st.f_frsize,
+    }
+
+
+def memlock() -> dict[str, Any]:
+    soft, hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    inf = resource.RLIM_INFINITY
+    return {
+        "soft": None if soft == inf else soft,
+        "hard": None if hard == inf else hard,
+        "unlimited": soft == inf,
+    }
+
+
+def hf_cache(model: str | None) -> dict[str, Any]:
+    """HF cache location and, for `model`, a fingerprint of its snapshot.
+
+    Blob file names in the hub cache are content hashes, so hashing (path, blob name, size)
+    identifies a snapshot without reading gigabytes of weights.
+    """
+    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
+        os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface"), "hub"
+    )
+    info: dict[str, Any] = {"hub": hub, "present": os.path.isdir(hub), "model": model}
+    if not model:
+        return info
+    repo = Path(hub) / ("models--" + model.replace("/", "--"))
+    revision = _read(repo / "refs" / "main")
+    snapshot = repo / "snapshots" / revision if revision else None
+    info.update({"revision": revision, "snapshot": None, "files": 0, "fingerprint": None})
+    if snapshot is None or not snapshot.is_dir():
+        return info
+    digest = hashlib.sha256()
+    count = 0
+    for path in sorted(p for p in snapshot.rglob("*") if p.is_file()):
+        target = path.resolve()
+        digest.update(f"{path.relative_to(snapshot)}\0{target.name}\0{target.stat().st_size}\n".encode())
+        count += 1
+    info.update({"snapshot": str(snapshot), "files": count, "fingerprint": digest.hexdigest()[:16]})
+    return info
+
+
+def versions() -> dict[str, Any]:
+    return {
+        "python": platform.python_version(),
+        "torch": _dist_version("torch"),
+        "vllm": _dist_version("vllm"),
+        "ray": _dist_version("ray"),
+        "kit_probe": PROBE_VERSION,
+        "image_digest": os.environ.get("KIT_IMAGE_DIGEST") or None,
+    }
+
+
+# --- image-only checks ----------------------------------------------------------------------
+
+
+def image_checks(probe_dir: str) -> dict[str, Any]:
+    """What `kit verify --image` asks of an image: imports, the vllm CLI, probe files."""
+    imports = {}
+    for mod in ("torch", "vllm", "ray"):
+        rc, out = _run([sys.executable, "-c", f"import {mod}"], timeout=180)
+        imports[mod] = {"ok": rc == 0, "error": out.strip().splitlines()[-1] if rc else None}
+    rc, out = _run(["vllm", "serve", "--help"], timeout=180)
+    return {
+        "imports": imports,
+        "vllm_serve_help": {"ok": rc == 0, "error": out.strip()[-300:] if rc else None},
+        "probe_files": {name: os.path.isfile(os.path.join(probe_dir, name)) for name in ("probe.py", "collective.py")},
+    }
+
+
+def collect(args: argparse.Namespace) -> dict[str, Any]:
+    started = time.monotonic()
+    facts: dict[str, Any] = {
+        "probe": "node",
+        "probe_version": PROBE_VERSION,
+        "versions": versions(),
+        "gpu": gpu_inventory(),
+        "shm": shm_facts(),
+        "memlock": memlock(),
+        "infiniband": infiniband(),
+        "network": network_facts(args.head_ip),
+        "hf_cache": hf_cache(args.model),
+    }
+    if not args.no_torch:
+        facts["torch"] = torch_facts()
+        if facts["torch"].get("nccl"):
+            facts["versions"]["nccl"] = facts["torch"]["nccl"]
+        facts["versions"]["cuda"] = facts["torch"].get("cuda")
+    if facts["gpu"]["gpus"]:
+        facts["versions"]["driver"] = facts["gpu"]["gpus"][0]["driver"]
+    if args.image_checks:
+        facts["image"] = image_checks(args.probe_dir)
+    facts["wall_s"] = round(time.monotonic() - started, 3)
+    return facts
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kit-probe", description=__doc__)
+    parser.add_argument("--head-ip", default=os.environ.get("KIT_HEAD_IP"))
+    parser.add_argument("--model", default=os.environ.get("KIT_MODEL"))
+    parser.add_argument("--no-torch", action="store_true", help="skip importing torch")
+    parser.add_argument("--image-checks", action="store_true")
+    parser.add_argument("--probe-dir", default=os.environ.get("KIT_PROBE_DIR", "/opt/kit/verify"))
+    args = parser.parse_args(argv)
+    print(json.dumps(collect(args), sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

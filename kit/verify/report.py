@@ -1,0 +1,156 @@
+"""Verification results: one data object, its text tables and JUnit XML. Pure."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kit.errors import VerifyFailed
+from kit.output import table
+from kit.verify import policy
+from kit.verify.nccl import TransportSummary
+
+
+@dataclass
+class VerifyResult:
+    mode: str  # "host" | "cluster" | "image"
+    checks: list[policy.Check]
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    collective: dict[str, Any] | None = None
+    transport: TransportSummary | None = None
+    expect: str = "auto"
+    wall_s: float = 0.0
+    target: str | None = None  # image reference in image mode
+
+    @property
+    def status(self) -> str:
+        return policy.overall(self.checks)
+
+    def to_dict(self, *, nccl_lines: bool = True) -> dict[str, Any]:
+        collective = dict(self.collective) if self.collective else None
+        if collective is not None and not nccl_lines:
+            collective.pop("nccl_lines", None)
+        return {
+            "mode": self.mode,
+            "target": self.target,
+            "status": self.status,
+            "expect": self.expect,
+            "checks": [c.to_dict() for c in self.checks],
+            "versions": policy.version_table(self.nodes) if self.nodes else {},
+            "transport": self.transport.to_dict() if self.transport else None,
+            "bandwidth": (self.collective or {}).get("results", []),
+            "nodes": self.nodes,
+            "collective": collective,
+            "wall_s": self.wall_s,
+        }
+
+
+class VerificationFailed(VerifyFailed):
+    """VerifyFailed (exit 7) that carries the whole result into `--json` output."""
+
+    def __init__(self, result: VerifyResult):
+        failed = [c for c in result.checks if c.status == policy.FAIL]
+        first = failed[0] if failed else None
+        super().__init__(
+            f"verification failed: {len(failed)} check(s) failed" + (f"; first: {first.reason}" if first else ""),
+            hint=first.fix if first else None,
+            details=[f"{c.name}{' @' + c.node if c.node else ''}: {c.reason}" for c in failed],
+        )
+        self.result = result
+
+    def to_dict(self) -> dict[str, object]:
+        data = super().to_dict()
+        data["result"] = self.result.to_dict()
+        return data
+
+
+def raise_if_failed(result: VerifyResult) -> None:
+    if result.status == policy.FAIL:
+        raise VerificationFailed(result)
+
+
+_MARK = {policy.PASS: "ok", policy.WARN: "WARN", policy.FAIL: "FAIL"}
+
+
+def render_checks(checks: Sequence[policy.Check]) -> str:
+    rows = [(c.node or "(cluster)", c.name, _MARK[c.status], c.reason) for c in checks]
+    return table(["node", "check", "result", "reason"], rows)
+
+
+def render_versions(nodes: Mapping[str, Mapping[str, Any]]) -> str:
+    names = list(nodes)
+    rows = [[key, *[values.get(n) or "-" for n in names]] for key, values in policy.version_table(nodes).items()]
+    return table(["version", *names], rows)
+
+
+def render_bandwidth(results: Sequence[Mapping[str, Any]]) -> str:
+    rows = [(_size(r["bytes"]), r["iters"], r["time_us"], r["algbw_gbps"], r["busbw_gbps"]) for r in results]
+    return table(["size", "iters", "time (us)", "algbw (GB/s)", "busbw (GB/s)"], rows)
+
+
+def render_text(result: VerifyResult) -> str:
+    parts = []
+    if result.nodes:
+        parts += ["Versions", render_versions(result.nodes), ""]
+    t = result.transport
+    if t is not None and (t.intra or t.inter or t.version):
+        links = f"intra-node {_counts(t.intra)}; inter-node {_counts(t.inter)}"
+        parts += [f"NCCL {t.version or '?'}: {links}", ""]
+    if result.collective and result.collective.get("results"):
+        parts += [
+            f"All-reduce bandwidth ({result.collective.get('world_size')} ranks, {result.collective.get('backend')})",
+            render_bandwidth(result.collective["results"]),
+            "",
+        ]
+    parts += ["Checks", render_checks(result.checks), ""]
+    fixes = [c for c in result.checks if c.status != policy.PASS and c.fix]
+    for c in fixes:
+        parts.append(f"  {_MARK[c.status]} {c.name}: fix: {c.fix}")
+    parts.append(f"verify ({result.mode}, expect {result.expect}): {result.status.upper()} in {result.wall_s:.1f}s")
+    return "\n".join(parts)
+
+
+def junit_xml(result: VerifyResult) -> str:
+    """One <testsuite>, one <testcase> per check; fail -> <failure>, warn -> <system-out>."""
+    failures = sum(c.status == policy.FAIL for c in result.checks)
+    suite = ET.Element(
+        "testsuite",
+        {
+            "name": f"kit verify {result.mode}" + (f" {result.target}" if result.target else ""),
+            "tests": str(len(result.checks)),
+            "failures": str(failures),
+            "errors": "0",
+            "time": f"{result.wall_s:.3f}",
+        },
+    )
+    for c in result.checks:
+        case = ET.SubElement(
+            suite,
+            "testcase",
+            {
+                "classname": f"kit.verify.{result.mode}" + (f".{c.node}" if c.node else ""),
+                "name": c.name,
+            },
+        )
+        if c.status == policy.FAIL:
+            failure = ET.SubElement(case, "failure", {"message": c.reason})
+            failure.text = f"fix: {c.fix}" if c.fix else c.reason
+        elif c.status == policy.WARN:
+            out = ET.SubElement(case, "system-out")
+            out.text = f"WARN: {c.reason}" + (f" (fix: {c.fix})" if c.fix else "")
+    ET.indent(suite)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(suite, encoding="unicode") + "\n"
+
+
+def _counts(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{k} x{v}" for k, v in counts.items()) or "none"
+
+
+def _size(n: int) -> str:
+    if n >= 1 << 30:
+        return f"{n / (1 << 30):g} GiB"
+    if n >= 1 << 20:
+        return f"{n / (1 << 20):g} MiB"
+    return f"{n / 1024:g} KiB"

@@ -1,0 +1,148 @@
+"""Every validation error: one line naming the field and the fix, its exit code, no traceback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kit.cli import main
+from kit.errors import ExitCode
+
+
+def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    out, err = capsys.readouterr()
+    return int(exc.value.code or 0), out, err
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in list(__import__("os").environ):
+        if name.startswith("KIT_"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+
+
+def yaml_file(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "kit.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+CASES = [
+    ("model:\n  id: [x\n", [], ExitCode.CONFIG, "kit.yaml:3: invalid YAML"),
+    ("model:\n  tpp: 2\n", [], ExitCode.CONFIG, "model.tpp: unknown key (fix: did you mean 'model.tp'?)"),
+    ("nodes: many\n", [], ExitCode.CONFIG, "nodes: expected an integer"),
+    (
+        "nodes: 2\ngpus_per_node: 4\nmodel:\n  tp: 4\n  pp: 1\n",
+        [],
+        ExitCode.CONFIG,
+        "TP×PP = 4×1 = 4 but the cluster has nodes×gpus_per_node = 2×4 = 8 GPUs",
+    ),
+    ("", ["--worker", "--nodes", "2"], ExitCode.CONFIG, "head_address: a worker needs the head's address"),
+    ("", ["--node-ip", "203.0.113.77"], ExitCode.CONFIG, "node_ip: 203.0.113.77 is not an address of this host"),
+    ("", ["--node-ip", "my-host"], ExitCode.CONFIG, "node_ip: 'my-host' is not a numeric IPv4 address"),
+    (
+        "",
+        ["--worker", "--nodes", "2", "--head-address", "head.example"],
+        ExitCode.CONFIG,
+        "head_address: 'head.example' is not a numeric IPv4 address",
+    ),
+    ("ports:\n  api: 70000\n", [], ExitCode.CONFIG, "ports.api: port 70000 is out of range"),
+    ("ports:\n  api: 6379\n", [], ExitCode.CONFIG, "port 6379 is used by both ports.ray_gcs and ports.api"),
+    ("ports:\n  api: 11005\n", [], ExitCode.CONFIG, "port 11005 lies inside the Ray worker port range"),
+    ("image: 'Vllm/VLLM:bad tag'\n", [], ExitCode.IMAGE, "image: 'Vllm/VLLM:bad tag' is not a valid image reference"),
+    ("", ["--interface", "nosuch0"], ExitCode.CONFIG, "interface: interface 'nosuch0' has no IPv4 address"),
+    ("env:\n  HF_TOKEN: abc\n", [], ExitCode.CONFIG, "HF_TOKEN must not be passed as an environment variable"),
+    (
+        "",
+        ["--worker", "--node-rank", "5", "--nodes", "2", "--head-address", "10.0.0.1"],
+        ExitCode.CONFIG,
+        "node rank 5 is outside 0..1",
+    ),
+    ("", ["--set", "hf_token_file=/nonexistent/token"], ExitCode.CONFIG, "hf_token_file: "),
+    ("", ["--head", "--worker"], ExitCode.USAGE, "--head and --worker exclude each other"),
+    ("", ["--set", "model.tpx=3"], ExitCode.CONFIG, "model.tpx: unknown key"),
+]
+
+
+@pytest.mark.parametrize(("text", "args", "code", "needle"), CASES)
+def test_validation_errors(
+    text: str, args: list[str], code: ExitCode, needle: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cfg = yaml_file(tmp_path, text)
+    rc, out, err = run(["up", "--dry-run", "--config", cfg, *args], capsys)
+    assert rc == code, err
+    assert needle in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert out == ""
+
+
+def test_tp_must_divide_attention_heads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"num_attention_heads": 6, "num_key_value_heads": 2}))
+    rc, _, err = run(["up", "--dry-run", "--model", str(model), "--gpus-per-node", "4"], capsys)
+    assert rc == ExitCode.CONFIG
+    assert "tensor parallel size 4 does not divide the model's 6 attention heads" in err
+
+
+def test_json_errors_are_machine_readable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run(["up", "--dry-run", "--json", "--nodes", "0"], capsys)
+    doc = json.loads(out)
+    assert rc == ExitCode.CONFIG and doc["ok"] is False and doc["error"]["exit_code"] == 3
+    assert "nodes" in doc["error"]["message"]
+
+
+def test_runtime_unavailable(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    rc, _, err = run(["up", "--head", "--accelerator", "cpu"], capsys)
+    assert rc == ExitCode.RUNTIME_UNAVAILABLE
+    assert err.startswith("kit: error: the Docker engine is not reachable") and len(err.strip().splitlines()) == 1
+
+
+def test_not_implemented_and_unknown_verb(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, err = run(["frobnicate"], capsys)
+    assert rc == ExitCode.USAGE and "No such command" in err
+
+
+def test_dry_run_with_no_config_is_a_complete_docker_command(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run(["up", "--head", "--dry-run"], capsys)
+    assert rc == 0
+    docker = next(line for line in out.splitlines() if line.startswith("docker run"))
+    for needle in (
+        "--network host",
+        "--ipc host",
+        "--gpus all",
+        ":/root/.cache/huggingface",
+        "--env VLLM_HOST_IP=",
+        "--env NCCL_SOCKET_IFNAME=",
+        "--env GLOO_SOCKET_IFNAME=",
+    ):
+        assert needle in docker
+    assert 'ray start --head --node-ip-address="${VLLM_HOST_IP}" --port=6379' in out
+
+
+def test_help_lists_every_verb_and_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run(["--help"], capsys)
+    assert rc == 0
+    for verb in (
+        "pull",
+        "build",
+        "up",
+        "serve",
+        "status",
+        "logs",
+        "query",
+        "verify",
+        "diagnose",
+        "down",
+        "slurm",
+        "plan",
+        "demo",
+    ):
+        assert f"\n  {verb} " in out
+    assert "130  interrupted" in out
