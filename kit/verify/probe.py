@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=os.environ.get("KIT_MODEL"))
     parser.add_argument("--no-torch", action="store_true", help="skip importing torch")
     parser.add_argument("--image-checks", action="store_true")
-    parser.add_argument("--probe-dir", default=os.environ.get("KIT_PROBE_DIR", "/opt/kit/verify"))
+    parser.add_argument("--probe-dir", default=os.environ.get("KIT_PROBE_DIR", "/opt/kit/probe"))
     args = parser.parse_args(argv)
     print(json.dumps(collect(args), sort_keys=True))
     return 0

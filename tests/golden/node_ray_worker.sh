@@ -11,6 +11,8 @@ config_root="${VLLM_CONFIG_ROOT:-${HOME:-/root}/.config/vllm}"
 mkdir -p "${config_root}"
 printf '%s\n' '["VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "CUDA_VISIBLE_DEVICES", "KIT_NODE_RANK", "KIT_ROLE"]' > "${config_root}/ray_non_carry_over_env_vars.json"
 
+# Give up on a vanished head after 20 s (Ray's default is 60 s), so the loop below rejoins sooner.
+export RAY_gcs_rpc_server_reconnect_timeout_s=20
 trap 'ray stop --force >/dev/null 2>&1 || true; exit 0' TERM INT
 
 raylet_alive() {

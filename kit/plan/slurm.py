@@ -1,0 +1,313 @@
+"""The sbatch launcher: pure text, rendered from the same plan `kit up` uses.
+
+Every node's container command comes from `plan_node` and the forms in kit.plan.forms. What is
+only known inside the job (this node's IP and interface, its rank, the head's address, the job
+id) is planned as sentinel strings; `slurm_quote` turns each sentinel into a `"${VAR}"`
+expansion that the launcher computes at run time, and quotes every other byte literally.
+Secrets never enter the text: the token and API key stay files, bind-mounted read-only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kit import __version__
+from kit.config import KitConfig
+from kit.errors import ConfigError
+from kit.plan.facts import HEAD, NodeNet, Role
+from kit.plan.forms import to_apptainer_start_argv, to_docker_argv
+from kit.plan.node import ContainerSpec, Mount, plan_node
+from kit.plan.scripts import READY_MARK, node_script, serve_script
+from kit.render import render
+
+# Sentinel -> the shell variable the launcher sets inside the job.
+_SENTINELS = {
+    "@@KIT_VLLM_HOST_IP@@": "VLLM_HOST_IP",
+    "@@KIT_INTERFACE@@": "KIT_INTERFACE",
+    "@@KIT_HEAD_ADDRESS@@": "KIT_HEAD_ADDRESS",
+    "@@KIT_JOB_ID@@": "SLURM_JOB_ID",
+    "@@KIT_JOB_TMP@@": "KIT_JOB_TMP",
+    "@@KIT_HEAD_SCRIPT@@": "KIT_HEAD_SCRIPT",
+    "@@KIT_WORKER_SCRIPT@@": "KIT_WORKER_SCRIPT",
+    # A worker's rank is an int in Role; this one is never a real rank.
+    "2147483641": "KIT_NODE_RANK",
+}
+_BY_VAR = {var: s for s, var in _SENTINELS.items()}
+RANK_SENTINEL = 2147483641
+_SENTINEL_RE = re.compile("|".join(re.escape(s) for s in _SENTINELS))
+SLURM_NET = NodeNet(_BY_VAR["VLLM_HOST_IP"], _BY_VAR["KIT_INTERFACE"], _BY_VAR["KIT_HEAD_ADDRESS"])
+JOB = _BY_VAR["SLURM_JOB_ID"]
+JOB_TMP = _BY_VAR["KIT_JOB_TMP"]
+
+SERVER_READY_MARK = "KIT_SERVER_READY"
+SERVER_TIMEOUT_MARK = "KIT_SERVER_TIMEOUT"
+JOB_LABEL = "kit.slurm-job"
+# Seconds of walltime kept free after the readiness wait (the job must still be able to report).
+WALLTIME_MARGIN_S = 120
+
+_BAD_SBATCH_CHARS = re.compile(r"[\x00-\x1f\x7f\"'\\]")
+
+
+def slurm_quote(value: Any) -> str:
+    """shlex.quote, except that sentinels become "${VAR}" (inside double quotes, with every other
+    character escaped for that context)."""
+    text = str(value)
+    if not _SENTINEL_RE.search(text):
+        return shlex.quote(text)
+    out, pos = ['"'], 0
+    for match in _SENTINEL_RE.finditer(text):
+        out.append(_dq_escape(text[pos : match.start()]))
+        out.append("${" + _SENTINELS[match.group(0)] + "}")
+        pos = match.end()
+    out.append(_dq_escape(text[pos:]))
+    out.append('"')
+    return "".join(out)
+
+
+def _dq_escape(text: str) -> str:
+    for ch in ("\\", '"', "$", "`"):
+        text = text.replace(ch, "\\" + ch)
+    return text
+
+
+def walltime_seconds(value: str) -> int:
+    """SLURM --time formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS."""
+    text = value.strip()
+    if text.upper() in ("UNLIMITED", "INFINITE"):
+        return 0
+    match = re.match(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$", text)
+    if not match:
+        raise ConfigError(
+            f"{value!r} is not a SLURM time", key="slurm.time", hint="write it like 01:00:00, 90 or 2-00:00:00"
+        )
+    days, a, b, c = match.groups()
+    if days is not None:  # D-HH[:MM[:SS]]
+        h, m, s = int(a), int(b or 0), int(c or 0)
+        return ((int(days) * 24 + h) * 60 + m) * 60 + s
+    if c is not None:  # HH:MM:SS
+        return (int(a) * 60 + int(b)) * 60 + int(c)
+    if b is not None:  # MM:SS
+        return int(a) * 60 + int(b)
+    return int(a) * 60  # MM
+
+
+@dataclass(frozen=True)
+class SbatchResources:
+    """What the `#SBATCH` lines ask for. From config `slurm.*` plus nodes/GPUs."""
+
+    job_name: str
+    nodes: int
+    gpus_per_task: int | None
+    time: str
+    output: str
+    error: str
+    account: str | None = None
+    partition: str | None = None
+    qos: str | None = None
+    cpus_per_task: int | None = None
+    exclusive: bool = False
+
+    def directives(self) -> list[tuple[str, str | None]]:
+        items: list[tuple[str, str | None]] = [
+            ("job-name", self.job_name),
+            ("nodes", str(self.nodes)),
+            ("ntasks-per-node", "1"),
+        ]
+        if self.gpus_per_task:
+            items.append(("gpus-per-task", str(self.gpus_per_task)))
+        if self.cpus_per_task:
+            items.append(("cpus-per-task", str(self.cpus_per_task)))
+        items.append(("time", self.time))
+        for key in ("account", "partition", "qos"):
+            value = getattr(self, key)
+            if value:
+                items.append((key, value))
+        items += [("output", self.output), ("error", self.error)]
+        if self.exclusive:
+            items.append(("exclusive", None))
+        return items
+
+
+def sbatch_resources(config: KitConfig, *, exclusive: bool = False) -> SbatchResources:
+    s = config.slurm
+    return SbatchResources(
+        job_name=s.job_name,
+        nodes=config.nodes,
+        gpus_per_task=config.gpus_per_node if config.accelerator == "gpu" else None,
+        time=s.time,
+        output=s.output,
+        error=s.error,
+        account=s.account,
+        partition=s.partition,
+        qos=s.qos,
+        cpus_per_task=s.cpus_per_task,
+        exclusive=exclusive,
+    )
+
+
+def sbatch_line(key: str, value: str | None) -> str:
+    """One `#SBATCH --key=value` line. sbatch strips one pair of double quotes; bash never runs the
+    line (a comment), but a newline would start a new one: control characters and quotes are refused."""
+    if value is None:
+        return f"#SBATCH --{key}"
+    if _BAD_SBATCH_CHARS.search(value):
+        raise ConfigError(
+            f"{value!r} cannot go into an #SBATCH line (control characters, quotes or backslashes)",
+            key=f"slurm.{key.replace('-', '_')}",
+            hint="use a plain value",
+        )
+    return f'#SBATCH --{key}="{value}"' if re.search(r"\s", value) else f"#SBATCH --{key}={value}"
+
+
+# ---- the per-node container commands --------------------------------------------------------
+
+
+def slurm_spec(config: KitConfig, role: Role, script: str) -> ContainerSpec:
+    """The node's ContainerSpec from plan_node, with job-specific name/labels and the script
+    replaced by a sentinel (the launcher passes the script text in a variable)."""
+    spec = plan_node(config, role, SLURM_NET, has_infiniband=config.infiniband == "on")
+    labels = {**spec.labels, JOB_LABEL: JOB}
+    mounts = spec.mounts
+    if config.runtime == "apptainer":
+        # Apptainer shares the host's /tmp: give Ray and kit's scratch a job-private directory
+        # (FIELD_NOTES §1 row 14: per-job Ray temp dir under SLURM).
+        mounts = (
+            *mounts,
+            Mount(f"{JOB_TMP}/ray", config.ray.temp_dir),
+            Mount(f"{JOB_TMP}/kit", "/tmp/kit"),
+        )
+    return dataclasses.replace(spec, name=f"{spec.name}-{JOB}", labels=labels, mounts=mounts, script=script)
+
+
+def to_docker_foreground_argv(spec: ContainerSpec) -> list[str]:
+    """`docker run` as `kit up` plans it, but in the foreground and removed on exit, so srun
+    tracks the node for the life of the job."""
+    argv = to_docker_argv(spec)
+    argv[argv.index("--detach")] = "--rm"
+    return argv
+
+
+def to_apptainer_foreground_argv(spec: ContainerSpec, image: str) -> list[str]:
+    """`apptainer instance start` as `kit up` plans it, turned into one foreground `apptainer exec`
+    (an instance daemon would escape srun's process tracking)."""
+    start = to_apptainer_start_argv(spec, image)
+    assert start[:3] == ["apptainer", "instance", "start"] and start[-1] == spec.name
+    return ["apptainer", "exec", *start[3:-1], "/bin/bash", *spec.command]
+
+
+def node_argv(config: KitConfig, spec: ContainerSpec) -> list[str]:
+    if config.runtime == "apptainer":
+        return to_apptainer_foreground_argv(spec, config.image)
+    return to_docker_foreground_argv(spec)
+
+
+def _heredoc_delimiter(base: str, text: str) -> str:
+    lines = set(text.splitlines())
+    delimiter, n = base, 0
+    while delimiter in lines:
+        n += 1
+        delimiter = f"{base}_{n}"
+    return delimiter
+
+
+@dataclass(frozen=True)
+class Heredoc:
+    """A variable set from a quoted heredoc: its text is never expanded by the shell."""
+
+    var: str
+    delimiter: str
+    text: str
+
+
+def _heredoc(var: str, text: str) -> Heredoc:
+    return Heredoc(var, _heredoc_delimiter(f"{var}_EOF", text), text.rstrip("\n"))
+
+
+def ray_head_entry(config: KitConfig) -> str:
+    """Inside the head container: the Ray head node script (barrier included), then `vllm serve`."""
+    node = node_script(config, HEAD)
+    serve = serve_script(config, HEAD)
+    return render(
+        "slurm_ray_head.sh.j2",
+        version=__version__,
+        cluster=config.cluster,
+        ready_mark=READY_MARK,
+        node=_heredoc("node_script", node),
+        serve=_heredoc("serve_script", serve),
+    )
+
+
+def container_scripts(config: KitConfig) -> tuple[str, str | None]:
+    """(head script, worker script or None for one node)."""
+    worker = Role("worker", RANK_SENTINEL)
+    if config.backend == "ray":
+        head = ray_head_entry(config)
+        other = node_script(config, worker)
+    else:  # mp: every node runs `vllm serve` for its rank (head rank 0 without --headless)
+        head = serve_script(config, HEAD)
+        other = serve_script(config, worker)
+    return head, (other if config.nodes > 1 else None)
+
+
+def check_slurm_config(config: KitConfig, sources: Mapping[str, str]) -> None:
+    if config.network:
+        raise ConfigError(
+            "a Docker simulation network cannot be used under SLURM",
+            key="network",
+            source=sources.get("network"),
+            hint="unset network: SLURM nodes use host networking",
+        )
+    walltime_seconds(config.slurm.time)
+
+
+def plan_launcher(config: KitConfig, *, exclusive: bool = False) -> str:
+    """The whole sbatch script for config (nodes × gpus_per_node, runtime, backend)."""
+    head_script, worker_script = container_scripts(config)
+    head_spec = slurm_spec(config, HEAD, _BY_VAR["KIT_HEAD_SCRIPT"])
+    worker_spec = slurm_spec(config, Role("worker", RANK_SENTINEL), _BY_VAR["KIT_WORKER_SCRIPT"])
+    resources = sbatch_resources(config, exclusive=exclusive)
+    secrets = [p for p in (config.hf_token_file, config.api_key_file) if p]
+    scripts = [_heredoc("KIT_HEAD_SCRIPT", head_script)]
+    if worker_script is not None:
+        scripts.append(_heredoc("KIT_WORKER_SCRIPT", worker_script))
+    return render(
+        "sbatch.sh.j2",
+        version=__version__,
+        config=config,
+        sbatch_lines=[sbatch_line(k, v) for k, v in resources.directives()],
+        scripts=scripts,
+        head_cmd=_argv_text(node_argv(config, head_spec)),
+        worker_cmd=_argv_text(node_argv(config, worker_spec)) if worker_script is not None else None,
+        head_name=slurm_quote(head_spec.name),
+        worker_name=slurm_quote(worker_spec.name),
+        secrets=secrets,
+        interface=None if config.interface == "auto" else config.interface,
+        api_port=config.ports.api,
+        served_name=config.served_name,
+        ready_timeout=config.timeouts.ready,
+        walltime_s=walltime_seconds(config.slurm.time),
+        margin_s=WALLTIME_MARGIN_S,
+        ready_mark=READY_MARK,
+        server_ready_mark=SERVER_READY_MARK,
+        server_timeout_mark=SERVER_TIMEOUT_MARK,
+        job_label=JOB_LABEL,
+        apptainer=config.runtime == "apptainer",
+        q=slurm_quote,
+    )
+
+
+def _argv_text(argv: Sequence[str]) -> str:
+    """One option (with its value) per line, for a readable launcher (inside a bash array)."""
+    parts: list[str] = []
+    for arg in argv:
+        quoted = slurm_quote(arg)
+        if parts and parts[-1].startswith("-") and " " not in parts[-1] and not arg.startswith("-"):
+            parts[-1] += " " + quoted
+        else:
+            parts.append(quoted)
+    return "\n      ".join(parts)

@@ -1,0 +1,77 @@
+"""kit's small on-disk state: the image each ref resolved to when it was pulled or built.
+
+`kit pull`/`kit build` record it; `kit up`/`kit verify` compare a node's image with it.
+One JSON file: $KIT_STATE_DIR/images.json, else $XDG_STATE_HOME/kit/images.json, else
+~/.local/state/kit/images.json. Writes are atomic (temp file + rename).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from kit import __version__
+from kit.errors import KitError
+
+
+def state_dir() -> Path:
+    explicit = os.environ.get("KIT_STATE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_STATE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "state"
+    return base / "kit"
+
+
+def images_file() -> Path:
+    return state_dir() / "images.json"
+
+
+def _load(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise KitError(
+            f"cannot read kit's image record {path}: {exc}",
+            hint="delete the file (kit pull/build rewrites it) or set KIT_STATE_DIR",
+        ) from None
+    return data if isinstance(data, dict) else {}
+
+
+def record_image(ref: str, digest: str, **extra: Any) -> dict[str, Any]:
+    """Remember what `ref` resolved to; returns the record written."""
+    path = images_file()
+    record: dict[str, Any] = {
+        "ref": ref,
+        "digest": digest,
+        **extra,
+        "recorded_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "kit_version": __version__,
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        data = _load(path)
+        data[ref] = record
+        fd, tmp = tempfile.mkstemp(prefix=".images.", suffix=".json", dir=path.parent)
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle, indent=2, sort_keys=True)
+            handle.write("\n")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise KitError(
+            f"cannot write kit's image record {path}: {exc.strerror or exc}",
+            hint="set KIT_STATE_DIR to a writable folder",
+        ) from None
+    return record
+
+
+def recorded_image(ref: str) -> dict[str, Any] | None:
+    """The record of `ref`, or None when kit never pulled or built it here."""
+    record = _load(images_file()).get(ref)
+    return record if isinstance(record, dict) else None

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Make sure a Docker engine answers on this machine; idempotent.
+#
+# Used by .ci/run on a fresh Debian machine (FIELD_NOTES section 7): if `docker info`
+# already works, do nothing. Otherwise install docker.io when dockerd is missing,
+# start dockerd in the background (log in $KIT_DOCKERD_LOG) and wait for its socket.
+#
+# Env: KIT_DOCKERD_LOG (default /var/log/kit-dockerd.log),
+#      KIT_DOCKERD_TIMEOUT seconds to wait for the engine (default 60),
+#      KIT_DOCKER_SOCKET (default /var/run/docker.sock).
+set -euo pipefail
+
+LOG="${KIT_DOCKERD_LOG:-/var/log/kit-dockerd.log}"
+TIMEOUT="${KIT_DOCKERD_TIMEOUT:-60}"
+SOCKET="${KIT_DOCKER_SOCKET:-/var/run/docker.sock}"
+
+log() { printf '[docker-engine] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+if docker info >/dev/null 2>&1; then
+    log "engine already up: $(docker version --format '{{.Server.Version}}' 2>/dev/null || echo '?')"
+    exit 0
+fi
+
+SUDO=()
+if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || die "docker info fails and starting dockerd needs root"
+    SUDO=(sudo)
+fi
+
+if ! command -v dockerd >/dev/null 2>&1; then
+    log "dockerd missing: installing docker.io"
+    "${SUDO[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${SUDO[@]}" apt-get install -y -qq docker.io >/dev/null
+fi
+command -v dockerd >/dev/null 2>&1 || die "dockerd still missing after installing docker.io"
+
+if pgrep -x dockerd >/dev/null 2>&1; then
+    # Started (by us or someone else) but not answering yet: wait for it, do not start a second.
+    log "dockerd is running but not answering yet; waiting"
+else
+    # A stale socket or pid file from a killed engine makes the new one refuse to start.
+    if [ -S "$SOCKET" ]; then "${SUDO[@]}" rm -f "$SOCKET"; fi
+    "${SUDO[@]}" rm -f /var/run/docker.pid
+    log "starting dockerd (log: $LOG)"
+    "${SUDO[@]}" mkdir -p "$(dirname "$LOG")"
+    # nohup + setsid: the engine must outlive this script and the CI step's shell.
+    "${SUDO[@]}" setsid nohup dockerd >>"$LOG" 2>&1 </dev/null &
+fi
+
+deadline=$((SECONDS + TIMEOUT))
+until [ -S "$SOCKET" ] && docker info >/dev/null 2>&1; do
+    if [ "$SECONDS" -ge "$deadline" ]; then
+        log "last lines of $LOG:"
+        tail -n 20 "$LOG" >&2 2>/dev/null || true
+        die "Docker engine not ready after ${TIMEOUT}s (socket $SOCKET); see $LOG"
+    fi
+    if ! pgrep -x dockerd >/dev/null 2>&1; then
+        tail -n 20 "$LOG" >&2 2>/dev/null || true
+        die "dockerd exited during start-up; see $LOG"
+    fi
+    sleep 1
+done
+log "engine up after $((TIMEOUT - (deadline - SECONDS)))s: $(docker version --format '{{.Server.Version}}')"

@@ -1,0 +1,148 @@
+"""A real two-node Ray cluster: two containers of the CPU engine image (real Ray) with distinct
+IPs on a private Docker network, brought up, checked, broken and torn down through the kit CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+IMAGE = os.environ.get("KIT_TEST_IMAGE", "kit/vllm-cpu:test")
+Cli = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def cluster_env(name: str, tmp_path: Path) -> dict[str, str]:
+    octet = zlib.crc32(name.encode()) % 250 + 2
+    hf = tmp_path / "hf"
+    hf.mkdir(exist_ok=True)
+    return {
+        "KIT_CLUSTER": name,
+        "KIT_IMAGE": IMAGE,
+        "KIT_ACCELERATOR": "cpu",
+        "KIT_BACKEND": "ray",
+        "KIT_NODES": "2",
+        "KIT_GPUS_PER_NODE": "1",
+        "KIT_NETWORK": f"{name}-net",
+        "KIT_NETWORK_SUBNET": f"10.213.{octet}.0/24",
+        "KIT_IPC_HOST": "false",
+        "KIT_SHM_SIZE": "1g",
+        "KIT_HF_CACHE": str(hf),
+        "KIT_TIMEOUTS_JOIN": "180",
+    }
+
+
+@pytest.fixture
+def cluster(
+    docker_client: Any, cluster_name: str, kit_cli: Cli, tmp_path: Path
+) -> Iterator[tuple[dict[str, str], Cli]]:
+    if not docker_client.images.list(name=IMAGE):
+        pytest.fail(f"test image {IMAGE} is missing: build it with `kit build cpu --tag {IMAGE}`")
+    env = cluster_env(cluster_name, tmp_path)
+    yield env, kit_cli
+    kit_cli("down", env=env)
+
+
+def status(kit: Cli, env: dict[str, str]) -> dict[str, Any]:
+    result = kit("status", "--json", env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    doc: dict[str, Any] = json.loads(result.stdout)["result"]
+    return doc
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if predicate():
+            return time.monotonic() - start
+        time.sleep(1)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def alive_ray_nodes(kit: Cli, env: dict[str, str]) -> int:
+    ray = status(kit, env).get("ray") or []
+    return sum(1 for n in ray if not n["lost"])
+
+
+def test_two_node_cluster_lifecycle(cluster: tuple[dict[str, str], Cli], docker_client: Any) -> None:
+    env, kit = cluster
+    name = env["KIT_CLUSTER"]
+    # The worker starts first: it must keep retrying until the head exists.
+    worker = kit("up", "--worker", "--no-wait", env=env)
+    assert worker.returncode == 0, worker.stderr
+    worker_logs = docker_client.containers.get(f"kit-{name}-worker-1").logs
+    wait_for(lambda: b"not reachable yet; retrying in 5 s" in worker_logs(), 90, "the worker to retry joining")
+    head = kit("up", "--head", "--json", env=env)
+    assert head.returncode == 0, head.stderr
+    assert json.loads(head.stdout)["result"]["state"] == "ready"
+
+    doc = status(kit, env)
+    assert [(c["role"], c["state"]) for c in doc["containers"]] == [("head", "running"), ("worker", "running")]
+    prefix = env["KIT_NETWORK_SUBNET"].rsplit(".", 1)[0]
+    assert [c["node_ip"] for c in doc["containers"]] == [f"{prefix}.10", f"{prefix}.11"]
+    alive = [n for n in doc["ray"] if n["alive"] and not n["lost"]]
+    assert len(alive) == 2
+    assert sorted(n["ip"] for n in alive) == [f"{prefix}.10", f"{prefix}.11"]
+    assert all(n["ip_matches"] for n in alive), alive
+    assert all(c["image_digest"] for c in doc["containers"])
+
+    # A second `up` reports the running node instead of starting another.
+    again = kit("up", "--head", env=env)
+    assert again.returncode == 0 and "already running" in again.stderr
+
+    # Worker killed: status sees it lost within 10 s; `up --worker` rejoins.
+    docker_client.containers.get(f"kit-{name}-worker-1").kill()
+    took = wait_for(lambda: alive_ray_nodes(kit, env) == 1, 10, "Ray to mark the killed worker lost")
+    print(f"worker loss seen by kit status after {took:.1f} s")
+    states = {c["role"]: c["state"] for c in status(kit, env)["containers"]}
+    assert states["worker"] == "exited"
+    rejoin = kit("up", "--worker", env=env)
+    assert rejoin.returncode == 0, rejoin.stderr
+    wait_for(lambda: alive_ray_nodes(kit, env) == 2, 30, "the worker to rejoin")
+
+    # Head restarted: the worker notices and rejoins by itself.
+    docker_client.containers.get(f"kit-{name}-head").restart(timeout=10)
+    wait_for(lambda: alive_ray_nodes(kit, env) == 2, 150, "the worker to rejoin a restarted head")
+
+    # Down removes every container and the network; a second down is harmless.
+    down = kit("down", "--json", env=env)
+    assert down.returncode == 0
+    removed = json.loads(down.stdout)["result"]
+    assert sorted(removed["containers"]) == [f"kit-{name}-head", f"kit-{name}-worker-1"]
+    assert removed["networks"] == [env["KIT_NETWORK"]]
+    assert docker_client.containers.list(all=True, filters={"label": f"kit.cluster={name}"}) == []
+    assert kit("down", env=env).returncode == 0
+
+
+def test_interrupted_up_leaves_no_orphan(
+    cluster: tuple[dict[str, str], Cli], docker_client: Any, kit_state: Path
+) -> None:
+    env, _ = cluster
+    name = env["KIT_CLUSTER"]
+    # The head waits for a worker that never comes; Ctrl-C must remove what `up` created.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kit", "up", "--head"],
+        env={**os.environ, "KIT_STATE_DIR": str(kit_state), **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for(
+        lambda: bool(docker_client.containers.list(filters={"label": f"kit.cluster={name}"})),
+        60,
+        "the head container to start",
+    )
+    time.sleep(2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert docker_client.containers.list(all=True, filters={"label": f"kit.cluster={name}"}) == []

@@ -1,0 +1,275 @@
+"""The Apptainer adapter against a recording FAKE `apptainer`/`singularity` on PATH.
+
+No Apptainer binary can be installed on these machines (FIELD_NOTES §4), so these tests check the
+argv kit passes and how it handles failures the fake simulates (failed pull, interrupted pull,
+failed or silent instance start); they do not prove Apptainer itself behaves as the fake does.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kit.errors import ImageError, RuntimeUnavailable, StartError
+from kit.plan.facts import HEAD, NodeNet
+from kit.plan.node import plan_node
+from kit.runtime.apptainer import ApptainerRuntime, definition_from_dockerfile, digest_from, pull_uri, sif_name
+from tests.conftest import ROOT
+from tests.unit.test_plan import make_config
+
+DIGEST = "sha256:" + "ab" * 32
+
+FAKE = f"""#!{sys.executable}
+# A recording fake of apptainer/singularity for kit's unit tests (not the real tool).
+import json, os, sys, time
+args = sys.argv[1:]
+with open(os.environ["KIT_RECORD"], "a") as f:
+    f.write(json.dumps([os.path.basename(sys.argv[0])] + args) + "\\n")
+state_file = os.environ["KIT_FAKE_STATE"]
+state = json.load(open(state_file)) if os.path.exists(state_file) else {{"instances": []}}
+def save():
+    json.dump(state, open(state_file, "w"))
+if args[:1] == ["--version"]:
+    print("apptainer version 1.3.4"); sys.exit(0)
+if "-e" in args or "--cleanenv" in args or "--contain" in args or "--containall" in args:
+    print("FAKE: kit must never pass -e/--cleanenv/--contain", file=sys.stderr); sys.exit(99)
+cmd = args[0]
+if cmd == "pull":
+    assert args[1] == "--force", args
+    path, uri = args[2], args[3]
+    assert uri.startswith("docker://"), uri
+    mode = os.environ.get("KIT_FAKE_PULL", "ok")
+    print("INFO:    Converting OCI blobs to SIF format", file=sys.stderr)
+    if mode == "fail":
+        print("FATAL:   While making image from oci registry: manifest unknown", file=sys.stderr); sys.exit(255)
+    open(path, "w").write("half a SIF")
+    if mode == "interrupt":
+        print("^C interrupted", file=sys.stderr); sys.exit(130)
+    if mode == "empty":
+        open(path, "w").write(""); sys.exit(0)
+    open(path, "a").write(" and the rest"); sys.exit(0)
+if cmd == "build":
+    path, source = args[-2], args[-1]
+    if os.environ.get("KIT_FAKE_BUILD") == "fail":
+        print("FATAL:   Unable to build from " + source, file=sys.stderr); sys.exit(255)
+    open(path, "w").write("SIF from " + source); sys.exit(0)
+if cmd == "inspect":
+    assert args[1:3] == ["--json", "--labels"], args
+    labels = {{"org.opencontainers.image.title": "vllm", "org.opencontainers.image.base.digest": "{DIGEST}"}}
+    print(json.dumps({{"data": {{"attributes": {{"labels": labels}}}}, "type": "container"}})); sys.exit(0)
+if cmd == "instance":
+    sub = args[1]
+    if sub == "start":
+        if os.environ.get("KIT_FAKE_START") == "fail":
+            print("FATAL:   container creation failed: mount /nonexistent", file=sys.stderr); sys.exit(255)
+        if os.environ.get("KIT_FAKE_START") != "silent":
+            state["instances"].append({{"instance": args[-1], "pid": 4242, "img": args[-2], "ip": "",
+                                        "logErrPath": "", "logOutPath": ""}})
+            save()
+        sys.exit(0)
+    if sub == "list":
+        assert args[2:] == ["--json"], args
+        print(json.dumps({{"instances": state["instances"]}})); sys.exit(0)
+    if sub == "stop":
+        state["instances"] = [i for i in state["instances"] if i["instance"] != args[2]]
+        save(); sys.exit(0)
+if cmd == "exec":
+    target = [a for a in args if a.startswith("instance://")][0]
+    if args[-3:-1] == ["-c", args[-2]] and args[-4] == "/bin/bash":
+        print("kit: fake node script running in " + target)
+        print("KIT_READY role=head rank=0"); sys.exit(0)
+    print("ran " + " ".join(args[args.index(target) + 1:])); sys.exit(0)
+print("FAKE: unexpected " + " ".join(args), file=sys.stderr); sys.exit(98)
+"""
+
+
+@pytest.fixture
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name in ("apptainer", "singularity"):
+        (bindir / name).write_text(FAKE)
+        (bindir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
+    monkeypatch.setenv("KIT_RECORD", str(tmp_path / "record.jsonl"))
+    monkeypatch.setenv("KIT_FAKE_STATE", str(tmp_path / "fake-state.json"))
+    monkeypatch.setenv("KIT_STATE_DIR", str(tmp_path / "state"))
+    return {"bin": bindir, "tmp": tmp_path}
+
+
+def recorded(tmp_path: Path) -> list[list[str]]:
+    path = tmp_path / "record.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def runtime(tmp_path: Path, **config: object) -> ApptainerRuntime:
+    cfg = make_config(
+        runtime="apptainer",
+        image=str(tmp_path / "vllm.sif"),
+        **{"apptainer.cache_dir": str(tmp_path / "cache"), "apptainer.tmp_dir": str(tmp_path / "atmp"), **config},
+    )
+    return ApptainerRuntime(cfg)
+
+
+def test_names_and_digests() -> None:
+    assert sif_name("vllm/vllm-openai:v0.11.0") == "vllm_vllm-openai_v0.11.0.sif"
+    assert sif_name("docker://vllm/vllm-openai") == "vllm_vllm-openai_latest.sif"
+    assert sif_name("localhost:5000/kit/vllm@" + DIGEST).startswith("localhost_5000_kit_vllm_sha256-abab")
+    assert pull_uri("vllm/vllm-openai:v1") == "docker://vllm/vllm-openai:v1"
+    assert pull_uri("oras://x/y:1") == "oras://x/y:1"
+    assert digest_from("x@" + DIGEST, {}) == (DIGEST, "reference")
+    assert digest_from("x:1", {"a.digest": DIGEST}) == (DIGEST, "label a.digest")
+    assert digest_from("x:1", {"title": "no"}) == (None, None)
+
+
+def test_pull_writes_the_sif_atomically_and_records_the_digest(fake: dict[str, Any]) -> None:
+    tmp = fake["tmp"]
+    rt = runtime(tmp)
+    lines: list[str] = []
+    result = rt.pull("vllm/vllm-openai:v0.11.0", image_dir=str(tmp / "images"), on_progress=lines.append)
+    sif = tmp / "images" / "vllm_vllm-openai_v0.11.0.sif"
+    assert result["path"] == str(sif) and sif.read_text() == "half a SIF and the rest"
+    assert result["source"] == "docker://vllm/vllm-openai:v0.11.0"
+    assert result["digest"] == DIGEST and result["digest_source"].startswith("label")
+    assert json.loads(Path(result["metadata"]).read_text())["digest"] == DIGEST
+    assert sorted(p.name for p in (tmp / "images").iterdir()) == [sif.name, sif.name + ".json"]
+    pull, inspect = recorded(tmp)
+    assert pull[:3] == ["apptainer", "pull", "--force"]
+    assert Path(pull[3]).name.startswith(f".{sif.name}.partial-") and pull[4] == result["source"]
+    assert inspect[:4] == ["apptainer", "inspect", "--json", "--labels"]
+    assert lines and "pulling" in lines[0]
+    assert (tmp / "cache").is_dir() and (tmp / "atmp").is_dir()  # APPTAINER_CACHEDIR/TMPDIR made
+
+
+@pytest.mark.parametrize("mode", ["fail", "interrupt", "empty"])
+def test_failed_or_interrupted_pull_leaves_no_sif(mode: str, fake: dict[str, Any], monkeypatch: Any) -> None:
+    tmp = fake["tmp"]
+    monkeypatch.setenv("KIT_FAKE_PULL", mode)
+    with pytest.raises(ImageError) as err:
+        runtime(tmp).pull("vllm/vllm-openai:v9", image_dir=str(tmp / "images"), on_progress=lambda _: None)
+    assert list((tmp / "images").iterdir()) == []  # neither the SIF nor the partial file
+    if mode == "fail":
+        assert err.value.details and "manifest unknown" in err.value.details[-1]
+        assert err.value.hint and "tag" in err.value.hint
+
+
+def test_ctrl_c_during_pull_leaves_no_sif(fake: dict[str, Any]) -> None:
+    tmp = fake["tmp"]
+
+    def interrupt(line: str) -> None:
+        if "labels" in line:  # after the pull wrote its file, before the rename
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        runtime(tmp).pull("vllm/vllm-openai:v9", image_dir=str(tmp / "images"), on_progress=interrupt)
+    assert list((tmp / "images").iterdir()) == []
+
+
+def test_build_from_docker_daemon_and_from_a_def(fake: dict[str, Any], monkeypatch: Any) -> None:
+    tmp = fake["tmp"]
+    rt = runtime(tmp)
+    out = rt.build("docker-daemon:kit/vllm:v0.32.0", str(tmp / "sif" / "kit-vllm.sif"), on_progress=lambda _: None)
+    assert Path(out["path"]).read_text() == "SIF from docker-daemon:kit/vllm:v0.32.0" and out["digest"] == DIGEST
+    definition = ROOT / "containers" / "vllm" / "kit-vllm.def"
+    rt.build(str(definition), str(tmp / "sif" / "def.sif"), on_progress=lambda _: None)
+    builds = [a for a in recorded(tmp) if a[1] == "build"]
+    assert builds[0][:3] == ["apptainer", "build", "--force"] and builds[0][-1] == "docker-daemon:kit/vllm:v0.32.0"
+    assert builds[1][-1] == str(definition)
+    monkeypatch.setenv("KIT_FAKE_BUILD", "fail")
+    with pytest.raises(ImageError):
+        runtime(tmp).build("docker-daemon:kit/nope:1", str(tmp / "sif" / "nope.sif"), on_progress=lambda _: None)
+    assert not (tmp / "sif" / "nope.sif").exists()
+    assert sorted(p.name for p in (tmp / "sif").iterdir()) == [
+        "def.sif",
+        "def.sif.json",
+        "kit-vllm.sif",
+        "kit-vllm.sif.json",
+    ]
+
+
+def test_up_path_instance_start_exec_status_logs_down(fake: dict[str, Any]) -> None:
+    tmp = fake["tmp"]
+    rt = runtime(tmp)
+    cfg = rt.config
+    assert cfg is not None
+    spec = plan_node(cfg, HEAD, NodeNet("10.0.0.1", "ib0", "10.0.0.1"), has_infiniband=True)
+    rt.start(spec)
+    line = rt.wait_for_mark(spec.name, ["KIT_READY"], timeout=20, on_progress=lambda _: None, what="ready")
+    assert line.startswith("KIT_READY")
+    start, exec_ = [a for a in recorded(tmp) if a[1] in ("instance", "exec") and a[2:3] != ["list"]][:2]
+    assert start[:4] == ["apptainer", "instance", "start", "--nv"]
+    assert start[-2:] == [cfg.image, "kit-llama-head"]
+    assert "--env" in start and "VLLM_HOST_IP=10.0.0.1" in start and "-e" not in start
+    assert start[start.index("/etc/kit/hf_token:/run/kit/secrets/hf_token:ro") - 1] == "--bind"
+    assert exec_[:3] == ["apptainer", "exec", "instance://kit-llama-head"] and exec_[3:5] == ["/bin/bash", "-c"]
+    [node] = rt.find_nodes("llama")
+    assert (node.name, node.role, node.rank, node.ip, node.state) == (
+        "kit-llama-head",
+        "head",
+        0,
+        "10.0.0.1",
+        "running",
+    )
+    assert rt.find_nodes("other") == []
+    result = rt.exec(node, ["ray", "status"], env={"A": "1"})
+    assert result.returncode == 0 and "ran ray status" in result.stdout
+    assert recorded(tmp)[-1][:4] == ["apptainer", "exec", "--env", "A=1"]
+    assert "KIT_READY" in rt.logs(spec.name) and rt.logs(spec.name, tail=1).startswith("KIT_READY")
+    assert rt.remove_cluster("llama") == {"containers": ["kit-llama-head"], "networks": []}
+    assert rt.state(spec.name) is None and rt.remove(spec.name) is False
+
+
+@pytest.mark.parametrize("mode", ["fail", "silent"])
+def test_failed_instance_start_is_a_start_error(mode: str, fake: dict[str, Any], monkeypatch: Any) -> None:
+    tmp = fake["tmp"]
+    monkeypatch.setenv("KIT_FAKE_START", mode)
+    rt = runtime(tmp)
+    assert rt.config is not None
+    spec = plan_node(rt.config, HEAD, NodeNet("10.0.0.1", "ib0", "10.0.0.1"))
+    with pytest.raises(StartError) as err:
+        rt.start(spec)
+    if mode == "fail":
+        assert "container creation failed" in err.value.details[-1]
+    assert not any(a[1] == "exec" for a in recorded(tmp))  # the node script never ran
+
+
+def test_singularity_alone_is_used_and_none_is_runtime_unavailable(fake: dict[str, Any], monkeypatch: Any) -> None:
+    tmp = fake["tmp"]
+    (fake["bin"] / "apptainer").unlink()
+    rt = runtime(tmp)
+    assert rt.binary == "singularity"
+    rt.pull("vllm/vllm-openai:v1", image_dir=str(tmp / "images"), on_progress=lambda _: None)
+    assert recorded(tmp)[0][:2] == ["singularity", "pull"]
+    (fake["bin"] / "singularity").unlink()
+    with pytest.raises(RuntimeUnavailable):
+        runtime(tmp)
+
+
+@pytest.mark.parametrize("name", ["cpu", "vllm"])
+def test_definition_files_are_current(name: str) -> None:
+    """containers/<name>/kit-<name>.def is generated from the Dockerfile (containers/make-defs.py)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_defs", ROOT / "containers" / "make-defs.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    path = ROOT / "containers" / name / f"kit-{name}.def"
+    assert path.read_text() == module.expected()[path], f"{path} is stale: run containers/make-defs.py"
+    text = path.read_text()
+    assert "Bootstrap: docker-daemon" in text and "%environment" in text
+
+
+def test_definition_from_dockerfile_takes_the_final_stage() -> None:
+    dockerfile = (
+        "FROM base AS build\nENV BUILD_ONLY=1\nRUN make\n\nFROM base\nENV A=1 \\\n    B=two\n"
+        'LABEL x.title="kit x" \\\n      x.desc=plain\nCMD ["/bin/bash"]\n'
+    )
+    text = definition_from_dockerfile(dockerfile, image="kit/x:1", source="containers/x/Dockerfile")
+    assert "From: kit/x:1" in text and "BUILD_ONLY" not in text
+    assert "    export A=1" in text and "    export B=two" in text
+    assert "    x.title kit x" in text and "    x.desc plain" in text

@@ -1,0 +1,297 @@
+"""`kit slurm`: golden launchers for every variant, shellcheck, the deploy/slurm examples, hostile
+values, secrets, and the launcher actually run (with fake srun/docker/ip/... on PATH)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kit.cli import cli
+from kit.config import load_config
+from kit.errors import ConfigError
+from kit.plan.facts import HEAD
+from kit.plan.node import plan_node
+from kit.plan.slurm import (
+    SLURM_NET,
+    container_scripts,
+    plan_launcher,
+    ray_head_entry,
+    sbatch_line,
+    slurm_quote,
+    walltime_seconds,
+)
+from tests.conftest import ROOT, shellcheck_bin
+from tests.unit.test_plan import make_config
+
+DEPLOY = ROOT / "deploy" / "slurm"
+VARIANTS = [(rt, be) for rt in ("apptainer", "docker") for be in ("mp", "ray")]
+
+
+def slurm_config(runtime: str, backend: str, **overrides: object) -> object:
+    image = "/images/vllm.sif" if runtime == "apptainer" else "vllm/vllm-openai:v0.11.0"
+    base: dict[str, object] = {
+        "runtime": runtime,
+        "backend": backend,
+        "image": image,
+        "slurm.account": "proj",
+        "slurm.partition": "gpu",
+        "slurm.cpus_per_task": 32,
+        "slurm.time": "02:00:00",
+    }
+    base.update(overrides)
+    return make_config(**base)
+
+
+def shellcheck(tmp_path: Path, name: str, text: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    result = subprocess.run([shellcheck_bin(), "-s", "bash", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+    assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize(("runtime", "backend"), VARIANTS)
+def test_launcher_golden_and_shellcheck(
+    runtime: str, backend: str, golden: Callable[[str, str], None], tmp_path: Path
+) -> None:
+    cfg = slurm_config(runtime, backend)
+    text = plan_launcher(cfg)  # type: ignore[arg-type]
+    golden(f"slurm_{runtime}_{backend}.sbatch", text)
+    shellcheck(tmp_path, "launcher.sh", text)
+    head, worker = container_scripts(cfg)  # type: ignore[arg-type]
+    shellcheck(tmp_path, "head.sh", head)
+    assert worker is not None
+    shellcheck(tmp_path, "worker.sh", worker)
+
+
+def test_one_node_and_cpu_and_interface_variants(golden: Callable[[str, str], None], tmp_path: Path) -> None:
+    cpu = slurm_config("docker", "ray", nodes=1, gpus_per_node=1, accelerator="cpu", hf_token_file=None)
+    text = plan_launcher(cpu)  # type: ignore[arg-type]
+    golden("slurm_docker_ray_cpu_1node.sbatch", text)
+    shellcheck(tmp_path, "cpu.sh", text)
+    assert "--gpus" not in text and "gpus-per-task" not in text and "KIT_WORKER_SCRIPT" not in text
+    ib = plan_launcher(slurm_config("apptainer", "mp", interface="ib0"))  # type: ignore[arg-type]
+    golden("slurm_apptainer_mp_ib0.sbatch", ib)
+    shellcheck(tmp_path, "ib.sh", ib)
+    assert 'kit_ipv4_of_interface "${KIT_INTERFACE}"' in ib and "KIT_INTERFACE=ib0" in ib
+
+
+def test_launcher_comes_from_the_same_plan_as_up() -> None:
+    """Every --env/--volume/--label of `kit up`'s plan appears in the launcher, sentinels aside."""
+    cfg = slurm_config("docker", "mp")
+    text = plan_launcher(cfg)  # type: ignore[arg-type]
+    spec = plan_node(cfg, HEAD, SLURM_NET, has_infiniband=True)  # type: ignore[arg-type]
+    for key, value in spec.env.items():
+        assert f"--env {slurm_quote(f'{key}={value}')}" in text
+    for m in spec.mounts:
+        assert f"--volume {m.source}:{m.target}" in text
+    assert "--detach" not in text and "--rm" in text
+
+
+def test_apptainer_launcher_never_uses_cleanenv_or_contain() -> None:
+    text = plan_launcher(slurm_config("apptainer", "ray"))  # type: ignore[arg-type]
+    args = text.split()
+    assert "-e" not in args and "--cleanenv" not in args and "--contain" not in args and "--containall" not in args
+    assert "--nv" in args and "instance" not in args  # one foreground exec per node: srun tracks it
+    assert '--bind "${KIT_JOB_TMP}/ray:/tmp/ray"' in text  # per-job Ray temp dir (FIELD_NOTES §1 row 14)
+
+
+def test_ray_head_runs_barrier_then_serve(tmp_path: Path) -> None:
+    cfg = slurm_config("apptainer", "ray")
+    entry = ray_head_entry(cfg)  # type: ignore[arg-type]
+    assert entry.index("ray start --head") < entry.index("exec vllm serve")
+    assert entry.index("grep -q KIT_READY") < entry.index('bash -c "${serve_script}"')
+    assert "--distributed-executor-backend ray" in entry
+    mp_head, mp_worker = container_scripts(slurm_config("apptainer", "mp"))  # type: ignore[arg-type]
+    assert "--headless" not in mp_head and mp_worker is not None and "--headless" in mp_worker
+
+
+@pytest.mark.parametrize("name", ["meluxina-apptainer-mp", "ray-2node-infiniband"])
+def test_deploy_examples_are_current(name: str, tmp_path: Path) -> None:
+    cfg = load_config(str(DEPLOY / f"{name}.yaml"), environ={}).config
+    text = plan_launcher(cfg)
+    path = DEPLOY / f"{name}.sbatch"
+    assert path.read_text() == text, (
+        f"{path} is stale: kit slurm --config deploy/slurm/{name}.yaml -o deploy/slurm/{name}.sbatch"
+    )
+    shellcheck(tmp_path, "example.sh", text)
+
+
+def test_meluxina_example_matches_the_guide() -> None:
+    text = (DEPLOY / "meluxina-apptainer-mp.sbatch").read_text()
+    for needle in (
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --gpus-per-task=4",
+        "#SBATCH --cpus-per-task=64",
+        "--tensor-parallel-size 4 --pipeline-parallel-size 2",
+        "--max-model-len 262144",
+        "--nnodes 2",
+        '--node-rank "${KIT_NODE_RANK}"',
+        '--master-addr "${KIT_HEAD_ADDRESS}"',
+        "--headless",
+        "--quantization moe_wna16",
+    ):
+        assert needle in text, needle
+
+
+def test_sbatch_values_are_quoted_or_refused() -> None:
+    assert sbatch_line("partition", "gpu") == "#SBATCH --partition=gpu"
+    assert sbatch_line("partition", "gpu; rm -rf ~") == '#SBATCH --partition="gpu; rm -rf ~"'
+    assert sbatch_line("exclusive", None) == "#SBATCH --exclusive"
+    for bad in ("gpu\nrm -rf ~", 'a"b', "a'b", "a\\b"):
+        with pytest.raises(ConfigError):
+            sbatch_line("partition", bad)
+
+
+def test_walltime_formats() -> None:
+    assert walltime_seconds("90") == 5400
+    assert walltime_seconds("10:30") == 630
+    assert walltime_seconds("01:00:00") == 3600
+    assert walltime_seconds("2-00:00:00") == 172800
+    assert walltime_seconds("1-12") == 129600
+    with pytest.raises(ConfigError):
+        walltime_seconds("soon")
+
+
+def test_slurm_quote_expands_only_sentinels() -> None:
+    assert slurm_quote("a b") == "'a b'"
+    assert slurm_quote(f"VLLM_HOST_IP={SLURM_NET.ip}") == '"VLLM_HOST_IP=${VLLM_HOST_IP}"'
+    assert slurm_quote(f'$(x)`y`"{SLURM_NET.ip}\\') == '"\\$(x)\\`y\\`\\"${VLLM_HOST_IP}\\\\"'
+
+
+def test_no_secret_in_any_launcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    token, key = tmp_path / "hf_token", tmp_path / "api_key"
+    token.write_text("hf_SUPERSECRETTOKEN123")
+    key.write_text("sk-SUPERSECRETKEY456")
+    for runtime, backend in VARIANTS:
+        cfg = slurm_config(runtime, backend, hf_token_file=str(token), api_key_file=str(key))
+        text = plan_launcher(cfg)  # type: ignore[arg-type]
+        assert "SUPERSECRET" not in text
+        assert f"--{'bind' if runtime == 'apptainer' else 'volume'} {token}:/run/kit/secrets/hf_token:ro" in text
+        assert "HF_TOKEN=" not in text and "VLLM_API_KEY=" not in text.replace('VLLM_API_KEY="$(cat', "")
+    # and through the CLI, --submit included (with a fake sbatch)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "sbatch").write_text("#!/bin/sh\necho 4242\n")
+    (bindir / "sbatch").chmod(0o755)
+    runner = CliRunner()
+    env = {"PATH": f"{bindir}:{os.environ['PATH']}"}
+    monkeypatch.chdir(tmp_path)
+    args = ["slurm", "--set", f"hf_token_file={token}", "--set", f"api_key_file={key}", "--submit", "--json"]
+    result = runner.invoke(cli, args, env=env)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["result"]["job_id"] == "4242"
+    assert "SUPERSECRET" not in (tmp_path / "kit-kit.sbatch").read_text() and "SUPERSECRET" not in result.output
+
+
+def test_submit_without_sbatch_is_runtime_unavailable(tmp_path: Path) -> None:
+    from kit.cli import main
+
+    env = {**os.environ, "PATH": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-c", "from kit.cli import main; main()", "slurm", "--submit"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert main is not None
+    assert result.returncode == 4, result.stderr
+    assert "sbatch" in result.stderr
+
+
+# ---- the launcher run for real, with fakes for SLURM, iproute2 and the container runtime ----------
+
+FAKES = {
+    "scontrol": "echo node1\n",
+    "getent": 'echo "10.9.0.1      STREAM node1"\n',
+    "ip": r"""case "$*" in
+  *"route get"*) echo "$4 dev ib0 src 10.9.0.1 uid 0" ;;
+  *"addr show"*) echo "3: ib0    inet 10.9.0.1/16 brd 10.9.255.255 scope global ib0" ;;
+esac
+""",
+    "squeue": 'echo "1:00:00"\n',
+    "curl": "exit 0\n",
+    "hostname": "echo node1\n",
+    # srun: run the step's command once, as node 0 (the real srun runs it on every node).
+    "srun": 'while [ "${1#-}" != "$1" ]; do shift; done\nSLURM_NODEID=0 exec "$@"\n',
+}
+RECORD = f"""#!{sys.executable}
+import json, os, sys
+with open(os.environ["KIT_RECORD"], "a") as f:
+    f.write(json.dumps([os.path.basename(sys.argv[0])] + sys.argv[1:]) + "\\n")
+"""
+
+
+@pytest.mark.parametrize("runtime", ["docker", "apptainer"])
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        "org/model with spaces",
+        "$(touch PWNED)",
+        "`touch PWNED`",
+        "a; touch PWNED",
+        "x\nKIT_HEAD_SCRIPT_EOF\ntouch PWNED",
+    ],
+)
+def test_launcher_runs_and_hostile_values_stay_one_argument(runtime: str, hostile: str, tmp_path: Path) -> None:
+    hf = tmp_path / f"hf {hostile[:6]}"
+    token = tmp_path / "tok en"
+    token.write_text("hf_SECRET")
+    cfg = slurm_config(
+        runtime,
+        "mp",
+        nodes=1,
+        api_key_file=None,
+        hf_cache=str(hf),
+        hf_token_file=str(token),
+        **{"model.id": hostile, "model.served_name": hostile, "slurm.partition": "gpu; touch PWNED"},
+    )
+    launcher = tmp_path / "launcher.sh"
+    launcher.write_text(plan_launcher(cfg))  # type: ignore[arg-type]
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name, body in FAKES.items():
+        (bindir / name).write_text("#!/bin/bash\n" + body)
+    for name in ("docker", "apptainer"):
+        (bindir / name).write_text(RECORD)
+    for path in bindir.iterdir():
+        path.chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "KIT_RECORD": str(tmp_path / "record.jsonl"),
+        "SLURM_JOB_ID": "77",
+        "SLURM_JOB_NUM_NODES": "1",
+        "SLURM_JOB_NODELIST": "node1",
+        "SLURM_SUBMIT_HOST": "login1",
+        "USER": "alice",
+    }
+    result = subprocess.run(["bash", str(launcher)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not (tmp_path / "PWNED").exists()
+    assert "KIT_SERVER_READY url=http://10.9.0.1:8000" in result.stdout
+    assert "ssh -N -L 8000:10.9.0.1:8000 alice@login1" in result.stdout
+    [argv] = [json.loads(line) for line in (tmp_path / "record.jsonl").read_text().splitlines()]
+    assert argv[0] == runtime
+    script = argv[argv.index("-c") + 1]
+    head, _ = container_scripts(cfg)  # type: ignore[arg-type]
+    assert script == head.rstrip("\n")  # the planned script, byte for byte
+    assert argv[-1] == "kit-llama-head-77"
+    env_flag = "--env"
+    assert "VLLM_HOST_IP=10.9.0.1" in argv and argv[argv.index("VLLM_HOST_IP=10.9.0.1") - 1] == env_flag
+    assert "NCCL_SOCKET_IFNAME=ib0" in argv and "KIT_HEAD_ADDRESS=10.9.0.1" in argv
+    mount = "--bind" if runtime == "apptainer" else "--volume"
+    assert argv[argv.index(f"{token}:/run/kit/secrets/hf_token:ro") - 1] == mount
+    assert f"{hf}:/root/.cache/huggingface" in argv
+    assert "hf_SECRET" not in launcher.read_text()
+    if runtime == "docker":
+        assert "kit.slurm-job=77" in argv and "--rm" in argv and "--detach" not in argv
