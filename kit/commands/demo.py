@@ -1,3 +1,273 @@
-from kit.commands._stub import not_implemented
+"""`kit demo`: kit's whole job on one machine. Two container "nodes" with distinct IPs serve a
+tiny model with vLLM (TP=2 across them), answer an OpenAI-style request, and are torn down."""
 
-command = not_implemented("demo", "Run the local demo: a 2-node CPU cluster serving a tiny model.")
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kit import client, resources
+from kit.commands._common import _absolutize, json_option
+from kit.commands.serve import serve_cluster
+from kit.commands.status import collect, render
+from kit.commands.up import plan_up, start_node
+from kit.config import load_config
+from kit.errors import ImageError
+from kit.output import emit, progress
+from kit.plan.facts import HEAD, Role
+from kit.runtime.docker import DockerRuntime
+from kit.state import state_dir
+
+DEMO_MODEL = "kit/tiny-llama"
+DEFAULT_BASE = "kit/debian-base:bookworm"
+CPU_IMAGE = "kit/vllm-cpu:0.32.0"
+SYSTEM_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def demo_settings(
+    *, cluster: str, image: str, hf_cache: Path, api_key_file: Path, subnet: str, gpus: bool
+) -> dict[str, tuple[Any, str]]:
+    values: dict[str, Any] = {
+        "cluster": cluster,
+        "image": image,
+        "backend": "mp",
+        "accelerator": "gpu" if gpus else "cpu",
+        "nodes": 2,
+        "gpus_per_node": 1,
+        "model.tp": 2,
+        "model.pp": 1,
+        "model.id": DEMO_MODEL,
+        "model.served_name": "tiny",
+        "model.max_model_len": 2048,
+        "model.extra_args": ["--enforce-eager"],
+        "network": f"kit-{cluster}",
+        "network_subnet": subnet,
+        "ipc_host": False,
+        "shm_size": "2g",
+        "hf_cache": str(hf_cache),
+        "api_key_file": str(api_key_file),
+        "env": {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"},
+        "timeouts.join": 120,
+        "timeouts.ready": 600,
+    }
+    return {k: (v, "kit demo") for k, v in values.items()}
+
+
+def torch_wheelhouse(tmp: Path) -> Path | None:
+    """A folder holding only the +cpu torch wheel, when pip's find-links has one (air-gapped sites
+    and this project's machines); else None and the build uses PyTorch's CPU index."""
+    for folder in os.environ.get("PIP_FIND_LINKS", "").split():
+        for wheel in sorted(Path(folder).glob("torch-2.13.0+cpu-*.whl")) if Path(folder).is_dir() else []:
+            (tmp / wheel.name).symlink_to(wheel)
+            return tmp
+    return None
+
+
+def ensure_cpu_image(
+    rt: DockerRuntime, tag: str, *, base_image: str | None, ca_bundle: Path | None, as_json: bool
+) -> str:
+    from kit import proc
+    from kit.commands.build import build_docker
+    from kit.images import plan_build_context
+
+    if rt.image_info(tag):
+        return "reused"
+    base = base_image or DEFAULT_BASE
+    if base == DEFAULT_BASE and not rt.image_info(base):
+        progress(f"building the Debian base image {base} (debootstrap, about a minute)", as_json=as_json)
+        script = resources.containers_dir() / "base" / "build-debian-base.sh"
+        try:
+            proc.run(["bash", str(script), base], what="building the Debian base image", timeout=1800)
+        except Exception as exc:
+            raise ImageError(
+                f"cannot build {base}: {getattr(exc, 'message', exc)}",
+                hint="run as root on Debian, or pass --base-image python:3.11-slim-bookworm",
+            ) from None
+    ca = ca_bundle or (SYSTEM_CA if SYSTEM_CA.is_file() else None)
+    with tempfile.TemporaryDirectory(prefix="kit-wheels-") as tmp:
+        wheels = torch_wheelhouse(Path(tmp))
+        plan = plan_build_context(
+            "cpu",
+            resources.container_dir("cpu"),
+            probe_files=resources.probe_files(),
+            tag=tag,
+            ca_bundle=ca,
+            wheels_dir=wheels,
+            base_image=base,
+            extra_args=None if wheels else {"TORCH_INDEX_URL": TORCH_INDEX},
+        )
+        progress(f"building {tag} (vLLM CPU build + Ray; several minutes the first time)", as_json=as_json)
+        build_docker(plan, as_json=as_json)
+    return "built"
+
+
+def ensure_model(rt: DockerRuntime, image: str, hf_cache: Path) -> str:
+    snapshots = hf_cache / "hub" / "models--kit--tiny-llama" / "snapshots"
+    if any(snapshots.glob("*/config.json")):
+        return "reused"
+    hf_cache.mkdir(parents=True, exist_ok=True)
+    result = rt.run_once(
+        image,
+        ["python3", "/opt/kit/make_tiny_model.py", "--out", "/hf/hub"],
+        volumes={str(hf_cache): "/hf"},
+        labels={"kit.managed": "true", "kit.demo": "model"},
+    )
+    if result.returncode != 0:
+        raise ImageError("generating the tiny model failed", details=result.stderr.splitlines()[-10:])
+    return "generated"
+
+
+def free_subnet(used: list[str]) -> str:
+    """The first 172.30.x.0/24 that overlaps no existing Docker network."""
+    import ipaddress
+
+    taken = [ipaddress.ip_network(u, strict=False) for u in used if ":" not in u]
+    for third in range(77, 255):
+        candidate = ipaddress.ip_network(f"172.30.{third}.0/24")
+        if not any(candidate.overlaps(t) for t in taken):
+            return str(candidate)
+    raise ImageError("no free 172.30.x.0/24 subnet for the demo network", hint="pass --subnet")
+
+
+def ensure_api_key(path: Path) -> None:
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(24))
+
+
+@click.command(name="demo")
+@click.option(
+    "--keep", is_flag=True, help="Leave the cluster running (remove it later with `kit down --cluster demo`)."
+)
+@click.option("--gpus", is_flag=True, help="On a GPU host: use the GPU image (kit build vllm) instead of the CPU one.")
+@click.option("--image", help=f"Engine image (default: {CPU_IMAGE}, built if missing).")
+@click.option("--base-image", help=f"Base for building the CPU image (default: {DEFAULT_BASE}, made with debootstrap).")
+@click.option(
+    "--ca-bundle",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Extra CA certificates for the image build (default: this host's system bundle).",
+)
+@click.option("--cluster", default="demo", show_default=True, help="Cluster name.")
+@click.option("--subnet", help="Subnet of the demo's Docker network (default: a free 172.30.x.0/24).")
+@click.option("--prompt", default="Tell me about multi-node serving.", show_default=True)
+@click.option("--max-tokens", type=int, default=16, show_default=True)
+@json_option
+def command(
+    keep: bool,
+    gpus: bool,
+    image: str | None,
+    base_image: str | None,
+    ca_bundle: Path | None,
+    cluster: str,
+    subnet: str | None,
+    prompt: str,
+    max_tokens: int,
+    as_json: bool,
+) -> None:
+    """Run kit's whole job on this machine, with Docker and no GPU:
+
+    \b
+      1. build (or reuse) the CPU engine image and a tiny model made offline
+      2. start a head and a worker as two "nodes" with their own IPs (kit up)
+      3. serve the model across both with --tensor-parallel-size 2 --nnodes 2 (kit serve)
+      4. show kit status, ask the server a question (kit query), print the answer
+      5. tear everything down (kit down), unless --keep
+    """
+    started = time.monotonic()
+
+    def say(text: str) -> None:
+        progress(text, as_json=as_json)
+
+    rt = DockerRuntime()
+    image = image or ("kit/vllm:v0.32.0" if gpus else CPU_IMAGE)
+    say(f"[1/5] engine image {image}")
+    if gpus:
+        if not rt.image_info(image):
+            raise ImageError(f"{image} is not on this host", hint="build it with `kit build vllm` (or pass --image)")
+        image_state = "reused"
+    else:
+        image_state = ensure_cpu_image(rt, image, base_image=base_image, ca_bundle=ca_bundle, as_json=as_json)
+    hf_cache = state_dir() / "demo-hf"
+    say(f"[1/5] tiny model {DEMO_MODEL} in {hf_cache}")
+    model_state = ensure_model(rt, image, hf_cache)
+    key_file = state_dir() / "demo-api-key"
+    ensure_api_key(key_file)
+
+    subnet = subnet or free_subnet(rt.used_subnets())
+    overrides = demo_settings(
+        cluster=cluster, image=image, hf_cache=hf_cache, api_key_file=key_file, subnet=subnet, gpus=gpus
+    )
+    resolved = _absolutize(load_config(environ={}, cwd=Path("/nonexistent"), overrides=overrides))
+    config = resolved.config
+    rt.remove_cluster(config.cluster)  # a clean slate: leftovers of an earlier demo go
+    result: dict[str, Any] = {
+        "cluster": config.cluster,
+        "image": image,
+        "image_state": image_state,
+        "model_state": model_state,
+    }
+    try:
+        for role in (Role("worker", 1), HEAD):
+            node_config = config if not gpus else config.replace(gpus="1" if not role.is_head else "0")
+            spec, net = plan_up(
+                resolved
+                if not gpus
+                else resolved.__class__(config=node_config, values=resolved.values, sources=resolved.sources),
+                role,
+            )
+            say(f"[2/5] kit up --{role.kind}: {spec.name} at {net.ip}")
+            start_node(node_config, spec, replace=True, wait=True, as_json=as_json)
+        say("[3/5] kit serve: vllm serve across 2 nodes (TP=2), waiting for /health")
+        served = serve_cluster(config, rt, on_progress=say)
+        result["serve"] = served
+        say("[4/5] kit status")
+        status = collect(config, rt, ray=False)
+        result["status"] = status
+        if not as_json:
+            click.echo(render(status))
+        key = client.read_key(str(key_file))
+        models = client.list_models(served["url"], key)
+        answer = client.chat(served["url"], key, models[0]["id"], prompt, max_tokens=max_tokens)
+        result["query"] = {
+            "models": [m["id"] for m in models],
+            "prompt": prompt,
+            "answer": answer.text,
+            "finish_reason": answer.finish_reason,
+            "completion_tokens": answer.completion_tokens,
+            "latency_s": round(answer.latency_s, 3),
+        }
+        say(f"[4/5] kit query: {served['url']}/v1/chat/completions")
+    except BaseException:
+        if not keep:
+            say("demo failed: removing its containers (use --keep to leave them for `kit logs`)")
+            rt.remove_cluster(config.cluster)
+        raise
+    if keep:
+        say(f"[5/5] left running (--keep): kit status --cluster {cluster}; kit down --cluster {cluster}")
+    else:
+        say("[5/5] kit down")
+        rt.remove_cluster(config.cluster)
+    result["kept"] = keep
+    result["seconds"] = round(time.monotonic() - started, 1)
+    q = result["query"]
+    emit(
+        "demo",
+        result,
+        as_json=as_json,
+        text=lambda: (
+            f"\n> {q['prompt']}\n{q['answer']}\n"
+            f"[{q['completion_tokens']} tokens, finish_reason={q['finish_reason']}, {q['latency_s']} s; "
+            f"served by 2 nodes with TP=2; demo took {result['seconds']} s]\n"
+            "(the model has random weights: the words are nonsense, the serving is real)"
+        ),
+    )

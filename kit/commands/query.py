@@ -1,3 +1,127 @@
-from kit.commands._stub import not_implemented
+"""`kit query`: list the server's models and send a chat completion."""
 
-command = not_implemented("query", "Send OpenAI-style requests to the server: models and a chat.")
+from __future__ import annotations
+
+import getpass
+from typing import Any
+
+import click
+
+from kit import client
+from kit.commands._common import config_options, json_option, overrides_from, resolve
+from kit.config import KitConfig
+from kit.output import emit
+
+
+def default_url(config: KitConfig) -> str:
+    """The head's address: the local head container's node IP, else head_address, else loopback."""
+    host = config.head_address or "127.0.0.1"
+    try:
+        from kit.runtime import get_runtime
+
+        heads = [n for n in get_runtime(config).find_nodes(config.cluster) if n.role == "head" and n.ip]
+        if heads and heads[0].ip:
+            host = heads[0].ip
+    except Exception:  # no runtime here (a laptop): fall back to the configured address
+        pass
+    return f"http://{host}:{config.ports.api}"
+
+
+def tunnel_hint(url: str, login_host: str | None) -> str:
+    hostport = url.split("://", 1)[-1].rstrip("/")
+    host, _, port = hostport.rpartition(":")
+    login = login_host or "LOGIN_HOST"
+    return (
+        f"ssh -N -L {port}:{host}:{port} {getpass.getuser()}@{login}\n"
+        f"# then, on the laptop: kit query --url http://127.0.0.1:{port}"
+    )
+
+
+@click.command(name="query")
+@click.option("--url", help="Server URL (default: the head of the cluster, port ports.api).")
+@click.option("--api-key-file", type=click.Path(dir_okay=False), help="File holding the API key.")
+@click.option("--model", help="Model name to ask (default: the first one the server lists).")
+@click.option("--prompt", "-p", default="Say hello in one short sentence.", show_default=True)
+@click.option("--max-tokens", type=int, default=32, show_default=True)
+@click.option("--temperature", type=float, default=0.0, show_default=True)
+@click.option("--stream", is_flag=True, help="Stream the answer as it is generated.")
+@click.option("--tunnel-hint", is_flag=True, help="Only print the SSH port-forward to reach the server.")
+@click.option("--login-host", help="Login node for --tunnel-hint.")
+@config_options
+@json_option
+def command(
+    url: str | None,
+    api_key_file: str | None,
+    model: str | None,
+    prompt: str,
+    max_tokens: int,
+    temperature: float,
+    stream: bool,
+    tunnel_hint: bool,
+    login_host: str | None,
+    config_path: str | None,
+    cluster: str | None,
+    set_values: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """List models (/v1/models) and send one chat completion (/v1/chat/completions); print the
+    answer, latency and tokens/s.
+
+    \b
+    Examples:
+      kit query
+      kit query --prompt "What is NCCL?" --max-tokens 64 --stream
+      kit query --url http://127.0.0.1:8000 --api-key-file ~/.kit/api_key
+      kit query --tunnel-hint --login-host login.cluster.example
+    """
+    resolved = resolve(config_path, overrides_from({"cluster": cluster}, {"cluster": "cluster"}, set_values))
+    config = resolved.config
+    base = (url or default_url(config)).rstrip("/")
+    if tunnel_hint:
+        hint = _tunnel(base, login_host)
+        emit("query", {"url": base, "tunnel": hint.splitlines()[0]}, as_json=as_json, text=hint)
+        return
+    key = client.read_key(api_key_file or config.api_key_file)
+    models = client.list_models(base, key)
+    name = model or (models[0]["id"] if models else config.served_name)
+    streamed: list[str] = []
+
+    def show(delta: str) -> None:
+        if not as_json:
+            click.echo(delta, nl=False)
+        streamed.append(delta)
+
+    answer = client.chat(
+        base, key, name, prompt, max_tokens=max_tokens, temperature=temperature, stream=stream, on_text=show
+    )
+    result: dict[str, Any] = {
+        "url": base,
+        "models": [m["id"] for m in models],
+        "model": name,
+        "prompt": prompt,
+        "answer": answer.text,
+        "finish_reason": answer.finish_reason,
+        "usage": {"prompt_tokens": answer.prompt_tokens, "completion_tokens": answer.completion_tokens},
+        "latency_s": round(answer.latency_s, 3),
+        "first_token_s": None if answer.first_token_s is None else round(answer.first_token_s, 3),
+        "tokens_per_s": None if answer.tokens_per_s is None else round(answer.tokens_per_s, 1),
+    }
+    if stream and not as_json:
+        click.echo()
+    emit("query", result, as_json=as_json, text=lambda: _render(result, streamed=stream))
+
+
+def _tunnel(url: str, login_host: str | None) -> str:
+    return tunnel_hint(url, login_host)
+
+
+def _render(r: dict[str, Any], *, streamed: bool) -> str:
+    lines = [f"models at {r['url']}: {', '.join(r['models']) or '(none)'}"]
+    if not streamed:
+        lines += [f"> {r['prompt']}", r["answer"]]
+    rate = f"{r['tokens_per_s']} tokens/s" if r["tokens_per_s"] is not None else "- tokens/s"
+    lines.append(
+        f"[{r['model']}: finish_reason={r['finish_reason']}, {r['usage']['completion_tokens']} tokens, "
+        f"{r['latency_s']} s, {rate}]"
+    )
+    return "\n".join(lines)

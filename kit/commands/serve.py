@@ -1,3 +1,161 @@
-from kit.commands._stub import not_implemented
+"""`kit serve`: start `vllm serve` in the cluster's node containers and wait for /health."""
 
-command = not_implemented("serve", "Start `vllm serve` on the cluster and wait until it is healthy.")
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from kit.commands._common import config_options, json_option, overrides_from, resolve
+from kit.config import KitConfig
+from kit.errors import ConfigError, StartError
+from kit.output import emit, progress
+from kit.plan.facts import Role
+from kit.plan.scripts import SERVE_LOG, serve_script
+from kit.runtime import get_runtime
+from kit.runtime.base import NodeHandle, Runtime
+
+SERVE_DIR = "/tmp/kit"
+PID_FILE = f"{SERVE_DIR}/serve.pid"
+# Writes the rendered serve script into the container and starts it in the background, its
+# output in SERVE_LOG. The script arrives as $1: nothing is interpolated into this command.
+LAUNCH = (
+    f'mkdir -p {SERVE_DIR} && printf "%s" "$1" > {SERVE_DIR}/serve.sh && '
+    f"(nohup bash {SERVE_DIR}/serve.sh > {SERVE_LOG} 2>&1 & echo $! > {PID_FILE})"
+)
+ALIVE = f'test -s {PID_FILE} && kill -0 "$(cat {PID_FILE})" 2>/dev/null'
+STOP = f'if test -s {PID_FILE}; then kill "$(cat {PID_FILE})" 2>/dev/null; sleep 2; rm -f {PID_FILE}; fi'
+
+FLAG_KEYS = {
+    "model": "model.id",
+    "served_name": "model.served_name",
+    "max_model_len": "model.max_model_len",
+    "port": "ports.api",
+    "timeout": "timeouts.ready",
+    "cluster": "cluster",
+}
+
+
+def server_url(config: KitConfig, nodes: list[NodeHandle]) -> str:
+    head = next((n for n in nodes if n.role == "head"), None)
+    host = (head.ip if head else None) or config.head_address or "127.0.0.1"
+    return f"http://{host}:{config.ports.api}"
+
+
+def serving_nodes(config: KitConfig, nodes: list[NodeHandle]) -> list[NodeHandle]:
+    """Which local nodes run `vllm serve`: the head (Ray), or every node (mp), workers first."""
+    running = [n for n in nodes if n.state == "running"]
+    if not running:
+        raise StartError(
+            f"no running node of cluster {config.cluster} on this host",
+            hint="start the nodes first: `kit up --head` (and `kit up --worker` on the others)",
+        )
+    if config.backend == "ray":
+        if config.accelerator == "cpu":
+            raise ConfigError(
+                "vLLM's Ray executor does not run on CPU", key="backend", hint="use backend: mp with accelerator: cpu"
+            )
+        heads = [n for n in running if n.role == "head"]
+        if not heads:
+            raise StartError(
+                "with the Ray backend `kit serve` runs on the head node",
+                hint="run it on the head's host (workers only join the Ray cluster)",
+            )
+        return heads
+    return sorted(running, key=lambda n: (n.role == "head", n.rank))
+
+
+def log_tail(runtime: Runtime, node: NodeHandle, lines: int = 25) -> list[str]:
+    out = runtime.exec(node, ["tail", "-n", str(lines), SERVE_LOG]).stdout
+    return [ln for ln in out.splitlines() if ln.strip()]
+
+
+def serve_cluster(
+    config: KitConfig, runtime: Runtime, *, replace: bool = False, on_progress: Callable[[str], None] = lambda _: None
+) -> dict[str, Any]:
+    from kit import client
+
+    nodes = runtime.find_nodes(config.cluster)
+    targets = serving_nodes(config, nodes)
+    url = server_url(config, nodes)
+    for node in targets:
+        if runtime.exec(node, ["bash", "-c", ALIVE]).returncode == 0:
+            if not replace:
+                raise StartError(
+                    f"a server is already running in {node.name}",
+                    hint="`kit serve --replace` restarts it; `kit logs --serve` shows it",
+                )
+            runtime.exec(node, ["bash", "-c", STOP])
+    started = time.monotonic()
+    for node in targets:
+        script = serve_script(config, Role(node.role, node.rank))
+        runtime.exec_detached(node, ["bash", "-c", LAUNCH, "kit-serve", script])
+        on_progress(f"{node.name}: started vllm serve ({node.role}, rank {node.rank})")
+    deadline = started + config.timeouts.ready
+    last = ""
+    time.sleep(2)
+    while True:
+        if client.health(url):
+            break
+        for node in targets:
+            if runtime.exec(node, ["bash", "-c", ALIVE]).returncode != 0:
+                raise StartError(
+                    f"vllm serve exited in {node.name} before the server became healthy",
+                    details=log_tail(runtime, node),
+                    hint="see `kit logs --serve` and `kit diagnose`; fix, then `kit serve --replace`",
+                )
+        tail = log_tail(runtime, targets[-1], 1)
+        if tail and tail[-1] != last:
+            last = tail[-1]
+            on_progress(f"waiting for {url}/health ({time.monotonic() - started:.0f} s): {last[:160]}")
+        if time.monotonic() > deadline:
+            raise StartError(
+                f"the server was not healthy after {config.timeouts.ready} s",
+                details=log_tail(runtime, targets[-1]),
+                hint="raise timeouts.ready (big models load slowly) or check `kit logs --serve`",
+            )
+        time.sleep(2)
+    return {
+        "url": url,
+        "model": config.served_name,
+        "nodes": [n.name for n in targets],
+        "seconds": round(time.monotonic() - started, 1),
+    }
+
+
+@click.command(name="serve")
+@click.option("--model", help="Model id or path (config: model.id).")
+@click.option("--served-name", help="Name clients use (config: model.served_name).")
+@click.option("--max-model-len", type=int, help="Context length (config: model.max_model_len).")
+@click.option("--port", type=int, help="API port (config: ports.api).")
+@click.option("--timeout", type=int, help="Seconds to wait for /health (config: timeouts.ready).")
+@click.option("--replace", is_flag=True, help="Stop a running server first.")
+@config_options
+@json_option
+def command(config_path: str | None, set_values: tuple[str, ...], replace: bool, as_json: bool, **flags: Any) -> None:
+    """Start `vllm serve` for the planned topology and wait until /health answers.
+
+    \b
+    Ray backend: run on the head; it serves with --distributed-executor-backend ray.
+    mp backend: starts every node on this host (rank 0 on the head, --headless elsewhere);
+                on a real cluster run `kit serve` on every node.
+    The API key is read from api_key_file inside the container, never passed in argv.
+
+    \b
+    Examples:
+      kit serve
+      kit serve --model meta-llama/Llama-3.1-70B-Instruct --max-model-len 32768 --timeout 3600
+    """
+    resolved = resolve(config_path, overrides_from(flags, FLAG_KEYS, set_values))
+    config = resolved.config
+    result = serve_cluster(
+        config, get_runtime(config), replace=replace, on_progress=lambda line: progress(line, as_json=as_json)
+    )
+    emit(
+        "serve",
+        result,
+        as_json=as_json,
+        text=f"serving {result['model']} at {result['url']} (healthy after {result['seconds']} s)",
+    )

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from kit.commands._common import config_options, json_option, overrides_from, resolve
+from kit.config import KitConfig
 from kit.errors import StartError
 from kit.output import emit, table
 from kit.runtime import get_runtime
@@ -112,7 +113,12 @@ def command(
         return
     resolved = resolve(config_path, overrides_from({"cluster": cluster}, {"cluster": "cluster"}, set_values))
     config = resolved.config
-    runtime = get_runtime(config)
+    result = collect(config, get_runtime(config), ray=not no_ray)
+    emit("status", result, as_json=as_json, text=lambda: render(result))
+
+
+def collect(config: KitConfig, runtime: Runtime, *, ray: bool = True) -> dict[str, Any]:
+    """The cluster's containers on this host and (Ray backend) the Ray view."""
     nodes = runtime.find_nodes(config.cluster)
     containers = [
         {
@@ -129,12 +135,12 @@ def command(
     ]
     result: dict[str, Any] = {"cluster": config.cluster, "containers": containers, "ray": None}
     head = next((n for n in nodes if n.role == "head" and n.state == "running"), None)
-    if not no_ray and head is not None and config.backend == "ray":
+    if ray and head is not None and config.backend == "ray":
         try:
             result["ray"] = merge_views(ray_view(runtime, head, config.ports.ray_gcs), nodes)
         except StartError as err:
             result["ray_error"] = err.message
-    emit("status", result, as_json=as_json, text=lambda: render(result))
+    return result
 
 
 def render(result: dict[str, Any]) -> str:

@@ -144,6 +144,15 @@ class DockerRuntime(Runtime):
                 hint="pick another network_subnet that does not overlap an existing network",
             ) from None
 
+    def used_subnets(self) -> list[str]:
+        """IPv4 subnets of every Docker network on this engine."""
+        out = []
+        for network in self.client.networks.list():
+            for cfg in (network.attrs.get("IPAM") or {}).get("Config") or []:
+                if cfg.get("Subnet"):
+                    out.append(str(cfg["Subnet"]))
+        return out
+
     # ---- containers ---------------------------------------------------------------------
     def find_container(self, name: str) -> Any | None:
         docker = _docker()
@@ -286,6 +295,26 @@ class DockerRuntime(Runtime):
             raise StartError(f"{node.name} does not exist", hint="start it with `kit up`")
         exec_id = self.api.exec_create(container.id, list(argv))["Id"]
         self.api.exec_start(exec_id, detach=True)
+
+    def run_once(
+        self, image: str, argv: Sequence[str], *, volumes: Mapping[str, str], labels: Mapping[str, str]
+    ) -> ExecResult:
+        """Run a throwaway container to completion (e.g. the demo's model generator)."""
+        docker = _docker()
+        binds = {src: {"bind": dst, "mode": "rw"} for src, dst in volumes.items()}
+        try:
+            container = self.client.containers.run(
+                image, list(argv), volumes=binds, labels=dict(labels), detach=True, entrypoint=[]
+            )
+        except docker.errors.ImageNotFound:
+            raise ImageError(f"image {image} is not on this host", hint="build it with `kit build`") from None
+        try:
+            code = int(container.wait().get("StatusCode", -1))
+            out = container.logs(stdout=True, stderr=False).decode(errors="replace")
+            err = container.logs(stdout=False, stderr=True).decode(errors="replace")
+        finally:
+            container.remove(force=True)
+        return ExecResult(returncode=code, stdout=out, stderr=err)
 
     def remove_cluster(self, cluster: str) -> dict[str, list[str]]:
         """Remove every container and network labelled with the cluster. Idempotent."""
