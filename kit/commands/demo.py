@@ -219,12 +219,7 @@ def command(
     try:
         for role in (Role("worker", 1), HEAD):
             node_config = config if not gpus else config.replace(gpus="1" if not role.is_head else "0")
-            spec, net = plan_up(
-                resolved
-                if not gpus
-                else resolved.__class__(config=node_config, values=resolved.values, sources=resolved.sources),
-                role,
-            )
+            spec, net = plan_up(dataclasses.replace(resolved, config=node_config), role)
             say(f"[2/5] kit up --{role.kind}: {spec.name} at {net.ip}")
             start_node(node_config, spec, replace=True, wait=True, as_json=as_json)
         say("[3/5] kit serve: vllm serve across 2 nodes (TP=2), waiting for /health")
