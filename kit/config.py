@@ -63,9 +63,12 @@ SCHEMA: dict[str, Spec] = {
     "ports.mp_master": Spec("int", 29500, "mp backend master port (torch.distributed rendezvous)"),
     "model.id": Spec("str", "Qwen/Qwen2.5-7B-Instruct", "model id on the hub, or a path inside the HF cache mount"),
     "model.served_name": Spec("str", None, "name clients use (default: the model id)", optional=True),
-    "model.tp": Spec("int_auto", "auto", "tensor parallel size, or auto (= gpus_per_node)"),
-    "model.pp": Spec("int_auto", "auto", "pipeline parallel size, or auto (= nodes)"),
+    "model.tp": Spec("int_auto", "auto", "tensor parallel size, or auto (kit plan; = gpus_per_node without a model)"),
+    "model.pp": Spec("int_auto", "auto", "pipeline parallel size, or auto (kit plan; = nodes without a model)"),
     "model.max_model_len": Spec("int", None, "maximum context length", optional=True),
+    "model.gpu_memory": Spec(
+        "str", None, "GPU model or memory per GPU (H100-80GB, 40GiB) for tp/pp auto from `kit plan`", optional=True
+    ),
     "model.extra_args": Spec("list", [], "extra `vllm serve` arguments, as a list"),
     "hf_cache": Spec("str", "~/.cache/huggingface", "host HF cache dir, mounted at the same path on every node"),
     "hf_token_file": Spec(
@@ -120,6 +123,7 @@ class Model:
     tp: int | str
     pp: int | str
     max_model_len: int | None
+    gpu_memory: str | None
     extra_args: tuple[str, ...]
 
 

@@ -1198,7 +1198,7 @@ def _evaluate(
     )
 
 
-def _best_tp(arch: Architecture, gpus_per_node: int) -> int:
+def best_tp(arch: Architecture, gpus_per_node: int) -> int:
     for tp in range(gpus_per_node, 0, -1):
         if gpus_per_node % tp == 0 and _valid_tp(arch, tp):
             return tp
@@ -1255,7 +1255,7 @@ def recommend(
         )
     weights = estimate_weights(arch)
     kv = kv_bytes_per_token(arch, kv_cache_dtype)
-    tp = _best_tp(arch, gpus_per_node)
+    tp = best_tp(arch, gpus_per_node)
 
     def evaluate(n: int) -> Recommendation:
         return _evaluate(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -73,7 +74,50 @@ def overrides_from(
 
 def resolve(config_path: str | None, overrides: Mapping[str, tuple[Any, str]]) -> Resolved:
     resolved = load_config(config_path, overrides=overrides)
-    return _absolutize(resolved)
+    return auto_parallel(_absolutize(resolved))
+
+
+def auto_parallel(resolved: Resolved) -> Resolved:
+    """model.tp/pp `auto` taken from kit plan when the model's config.json is on this host:
+    TP splits the attention/KV heads within a node, PP covers the rest; with model.gpu_memory
+    set, kit plan also refuses clusters too small for the weights. Without the model's files,
+    auto means TP = gpus_per_node and PP = nodes (KitConfig.tp/pp)."""
+    cfg = resolved.config
+    if "auto" not in (cfg.model.tp, cfg.model.pp):
+        return resolved
+    from kit import sizing
+
+    model_dir = sizing.find_model_dir(cfg.model.id, str(Path(cfg.hf_cache) / "hub"))
+    if model_dir is None:
+        return resolved
+    try:
+        arch = sizing.parse_architecture(
+            sizing.load_model_config(str(model_dir)), source=str(model_dir / "config.json")
+        )
+    except ConfigError:
+        return resolved  # not a config kit plan understands: the head-count check still applies
+    total = cfg.nodes * cfg.gpus_per_node
+    if cfg.model.gpu_memory:
+        rec = sizing.recommend(
+            arch,
+            gpu_memory_bytes=sizing.gpu_memory_bytes(cfg.model.gpu_memory, key="model.gpu_memory"),
+            gpus_per_node=cfg.gpus_per_node,
+            max_model_len=cfg.model.max_model_len,
+            nodes=cfg.nodes,
+        )
+        tp, pp = rec.tp, rec.pp
+    else:
+        tp = sizing.best_tp(arch, cfg.gpus_per_node)
+        pp = total // tp
+    if cfg.model.tp != "auto":  # only pp is auto: keep the user's TP
+        tp, pp = int(cfg.model.tp), total // int(cfg.model.tp)
+    elif cfg.model.pp != "auto":  # only tp is auto: keep the user's PP
+        pp = int(cfg.model.pp)
+        tp = total // pp
+    model = dataclasses.replace(cfg.model, tp=tp, pp=pp)
+    sources = {**resolved.sources, "model.tp": "auto (kit plan)", "model.pp": "auto (kit plan)"}
+    values = {**resolved.values, "model.tp": tp, "model.pp": pp}
+    return Resolved(config=cfg.replace(model=model), values=values, sources=sources, path=resolved.path)
 
 
 def _absolutize(resolved: Resolved) -> Resolved:

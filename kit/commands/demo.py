@@ -159,6 +159,7 @@ def ensure_api_key(path: Path) -> None:
 )
 @click.option("--cluster", default="demo", show_default=True, help="Cluster name.")
 @click.option("--subnet", help="Subnet of the demo's Docker network (default: a free 172.30.x.0/24).")
+@click.option("--prepare-only", is_flag=True, help="Only build/reuse the image and the model, then stop.")
 @click.option("--prompt", default="Tell me about multi-node serving.", show_default=True)
 @click.option("--max-tokens", type=int, default=16, show_default=True)
 @json_option
@@ -170,6 +171,7 @@ def command(
     ca_bundle: Path | None,
     cluster: str,
     subnet: str | None,
+    prepare_only: bool,
     prompt: str,
     max_tokens: int,
     as_json: bool,
@@ -202,6 +204,12 @@ def command(
     model_state = ensure_model(rt, image, hf_cache)
     key_file = state_dir() / "demo-api-key"
     ensure_api_key(key_file)
+    if prepare_only:
+        ready = {"image": image, "image_state": image_state, "model_state": model_state, "hf_cache": str(hf_cache)}
+        emit(
+            "demo", ready, as_json=as_json, text=f"ready: {image} ({image_state}), model in {hf_cache} ({model_state})"
+        )
+        return
 
     subnet = subnet or free_subnet(rt.used_subnets())
     overrides = demo_settings(

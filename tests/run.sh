@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# kit's test command (the README names it; .ci/run calls it).
+#
+#   bash tests/run.sh          set up and run everything: lint, types, unit tests, then the real
+#                              tiers (Docker engine, local registry, Ray, vLLM CPU build, SLURM)
+#   bash tests/run.sh unit     lint, types and unit tests only (no root, no Docker needed)
+#
+# The full run needs root on Debian/Ubuntu (it installs docker.io, debootstrap, docker-registry,
+# slurm-wlm and munge when missing, and starts their daemons). Images are cached by tag, so a
+# second run skips the builds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tier="${1:-all}"
+
+step() { printf '\n=== %s\n' "$*"; }
+
+step "venv and kit with its dev tools"
+if [ ! -x .venv/bin/python ]; then
+    python3 -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet -e '.[dev]'
+export PATH="$PWD/.venv/bin:$PATH"
+
+step "lint and types"
+ruff check kit tests benchmarks containers
+ruff format --check kit tests benchmarks containers
+mypy
+
+if [ "$tier" = "unit" ]; then
+    step "unit tests"
+    exec pytest tests/unit
+fi
+
+step "Docker engine"
+bash tests/infra/docker-engine.sh
+
+step "engine image and tiny model (kit demo --prepare-only; cached by tag)"
+kit demo --prepare-only
+# The integration tests name the image kit/vllm-cpu:test; it is the demo's image.
+docker tag kit/vllm-cpu:0.32.0 kit/vllm-cpu:test
+
+step "local registry and SLURM"
+bash tests/infra/registry.sh
+bash tests/infra/slurm.sh
+
+step "tests: unit, integration (real Docker, registry, Ray, vLLM), slurm (real SLURM)"
+export KIT_REQUIRE_DOCKER=1 KIT_REQUIRE_SLURM=1
+pytest tests --ignore=tests/gpu "${@:2}"
