@@ -1,0 +1,163 @@
+"""Real serving without GPUs: two container "nodes", vLLM's CPU build, TP=2 across them, a tiny
+model made offline, real OpenAI-style requests; plus the failure paths and secret handling."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+Cli = Callable[..., subprocess.CompletedProcess[str]]
+SECRET_KEY = "sk-kit-test-" + "9c" * 12
+SECRET_TOKEN = "hf_" + "Qx7" * 11
+
+
+@pytest.fixture(scope="module")
+def served(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """One 2-node mp cluster for the module, serving kit/tiny-llama as 'tiny' with an API key."""
+    import sys
+
+    root = tmp_path_factory.mktemp("serve")
+    state = root / "state"
+    outputs: list[str] = []
+
+    def kit(*args: str, env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [sys.executable, "-m", "kit", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "KIT_STATE_DIR": str(state), **base_env, **(env or {})},
+        )
+        outputs.extend([result.stdout, result.stderr])
+        return result
+
+    key = root / "api_key"
+    key.write_text(SECRET_KEY + "\n")
+    token = root / "hf_token"
+    token.write_text(SECRET_TOKEN + "\n")
+    name = f"ks{os.getpid() % 100000}"
+    base_env: dict[str, str] = {}
+    prep = kit("demo", "--prepare-only", "--json")
+    assert prep.returncode == 0, prep.stderr
+    hf_cache = json.loads(prep.stdout)["result"]["hf_cache"]
+    octet = zlib.crc32(name.encode()) % 250 + 2
+    base_env.update(
+        {
+            "KIT_CLUSTER": name,
+            "KIT_IMAGE": "kit/vllm-cpu:0.32.0",
+            "KIT_BACKEND": "mp",
+            "KIT_ACCELERATOR": "cpu",
+            "KIT_NODES": "2",
+            "KIT_GPUS_PER_NODE": "1",
+            "KIT_MODEL_TP": "2",
+            "KIT_MODEL_PP": "1",
+            "KIT_MODEL_ID": "kit/tiny-llama",
+            "KIT_MODEL_SERVED_NAME": "tiny",
+            "KIT_MODEL_MAX_MODEL_LEN": "2048",
+            "KIT_MODEL_EXTRA_ARGS": "[--enforce-eager]",
+            "KIT_NETWORK": f"{name}-net",
+            "KIT_NETWORK_SUBNET": f"10.215.{octet}.0/24",
+            "KIT_IPC_HOST": "false",
+            "KIT_SHM_SIZE": "2g",
+            "KIT_HF_CACHE": hf_cache,
+            "KIT_API_KEY_FILE": str(key),
+            "KIT_HF_TOKEN_FILE": str(token),
+            "KIT_ENV": "{HF_HUB_OFFLINE: '1', VLLM_CPU_KVCACHE_SPACE: '1'}",
+            "KIT_TIMEOUTS_READY": "600",
+        }
+    )
+    try:
+        for role in ("--worker", "--head"):
+            up = kit("up", role)
+            assert up.returncode == 0, up.stderr
+        started = time.monotonic()
+        serve = kit("serve", "--json")
+        assert serve.returncode == 0, serve.stderr
+        info = json.loads(serve.stdout)["result"]
+        yield {
+            "kit": kit,
+            "url": info["url"],
+            "key": key,
+            "root": root,
+            "name": name,
+            "outputs": outputs,
+            "time_to_ready": time.monotonic() - started,
+        }
+    finally:
+        kit("down")
+
+
+def test_two_nodes_answer_openai_requests(served: dict[str, Any]) -> None:
+    kit = served["kit"]
+    result = kit(
+        "query", "--json", "--max-tokens", "7", "--prompt", "Hello there", "--api-key-file", str(served["key"])
+    )
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)["result"]
+    assert doc["models"] == ["tiny"]
+    assert doc["finish_reason"] in ("length", "stop")
+    assert doc["usage"]["completion_tokens"] == 7
+    assert doc["answer"] and doc["tokens_per_s"] > 0
+    # straight through the API too, streaming
+    headers = {"Authorization": f"Bearer {SECRET_KEY}"}
+    models = requests.get(f"{served['url']}/v1/models", headers=headers, timeout=30).json()
+    assert [m["id"] for m in models["data"]] == ["tiny"]
+    stream = kit("query", "--stream", "--max-tokens", "5", "--api-key-file", str(served["key"]))
+    assert stream.returncode == 0 and "5 tokens" in stream.stdout, stream.stdout + stream.stderr
+    print(f"time to ready (kit serve): {served['time_to_ready']:.1f} s")
+
+
+def test_both_nodes_serve_the_engine(served: dict[str, Any], docker_client: Any) -> None:
+    for node in (f"kit-{served['name']}-head", f"kit-{served['name']}-worker-1"):
+        ps = docker_client.containers.get(node).exec_run(["bash", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '"])
+        assert b"vllm serve kit/tiny-llama" in ps.output
+    worker = docker_client.containers.get(f"kit-{served['name']}-worker-1")
+    assert b"--headless" in worker.exec_run(["cat", "/tmp/kit/serve.sh"]).output
+
+
+def test_wrong_api_key_is_a_clear_error(served: dict[str, Any]) -> None:
+    wrong = served["root"] / "wrong_key"
+    wrong.write_text("not-the-key")
+    result = served["kit"]("query", "--api-key-file", str(wrong))
+    assert result.returncode == 8, result.stderr
+    assert "401 Unauthorized" in result.stderr and "--api-key-file" in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_second_serve_is_refused(served: dict[str, Any]) -> None:
+    result = served["kit"]("serve")
+    assert result.returncode == 6
+    assert "a server is already running" in result.stderr and "--replace" in result.stderr
+
+
+def test_no_secret_in_inspect_argv_or_kit_output(served: dict[str, Any], docker_client: Any) -> None:
+    for node in (f"kit-{served['name']}-head", f"kit-{served['name']}-worker-1"):
+        container = docker_client.containers.get(node)
+        inspect = json.dumps(docker_client.api.inspect_container(container.id))
+        assert SECRET_KEY not in inspect and SECRET_TOKEN not in inspect
+        assert "/run/kit/secrets/api_key" in inspect  # mounted as a file, read-only
+        argv = container.exec_run(["bash", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '"]).output.decode()
+        assert SECRET_KEY not in argv and SECRET_TOKEN not in argv
+        assert "vllm serve" in argv or node.endswith("worker-1")
+        log = container.exec_run(["cat", "/tmp/kit/serve.log"]).output.decode() + container.logs().decode()
+        assert SECRET_KEY not in log and SECRET_TOKEN not in log
+    assert not any(SECRET_KEY in o or SECRET_TOKEN in o for o in served["outputs"])
+
+
+def test_engine_crash_fails_serve_fast_with_the_log_tail(served: dict[str, Any]) -> None:
+    start = time.monotonic()
+    result = served["kit"]("serve", "--replace", env={"KIT_MODEL_EXTRA_ARGS": "[--enforce-eager, --no-such-vllm-flag]"})
+    took = time.monotonic() - start
+    assert result.returncode == 6, result.stderr
+    assert "vllm serve exited" in result.stderr and "before the server became healthy" in result.stderr
+    assert "--no-such-vllm-flag" in result.stderr  # vLLM's own complaint, from the log tail
+    assert took < 120, f"serve took {took:.0f} s to notice a crash (deadline 600 s)"
