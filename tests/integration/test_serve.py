@@ -9,7 +9,6 @@ import subprocess
 import time
 import zlib
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
