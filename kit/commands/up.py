@@ -25,6 +25,7 @@ from kit.plan.forms import to_apptainer_exec_argv, to_apptainer_start_argv, to_d
 from kit.plan.node import ContainerSpec, plan_node
 from kit.plan.scripts import JOINED_MARK, READY_MARK
 from kit.plan.topology import check_config, plan_node_net
+from kit.runtime.base import Runtime
 
 FLAG_KEYS = {
     "head_address": "head_address",
@@ -172,6 +173,9 @@ def start_node(config: KitConfig, spec: ContainerSpec, *, replace: bool, wait: b
         runtime.remove(spec.name)
     if config.network and config.runtime == "docker":
         runtime.ensure_network(config.network, config.network_subnet, config.cluster)
+    drift = image_drift(runtime, spec.image)
+    if drift:
+        progress(f"warning: {drift}", as_json=as_json)
     progress(f"starting {spec.name} from {spec.image}", as_json=as_json)
     try:
         runtime.start(spec)
@@ -199,3 +203,21 @@ def start_node(config: KitConfig, spec: ContainerSpec, *, replace: bool, wait: b
     except StartError:
         raise  # the container stays, so `kit logs` can show why; `kit down` removes it
     return {"container": spec.name, "state": "ready", "created": True, "ready_line": line}
+
+
+def image_drift(runtime: Runtime, ref: str) -> str | None:
+    """A one-line warning when the local image is not the one `kit pull`/`kit build` recorded
+    (another pull changed the tag on this node: nodes may now run different images)."""
+    from kit.state import recorded_image
+
+    image_info = getattr(runtime, "image_info", None)
+    record = recorded_image(ref)
+    if image_info is None or not record or not record.get("image_id"):
+        return None
+    info = image_info(ref)
+    if info and info["id"] != record["image_id"]:
+        return (
+            f"{ref} is now {info['id'][:19]} but kit recorded {record['image_id'][:19]} "
+            f"on {record.get('recorded_at', '?')}; run `kit pull` on every node, then `kit verify`"
+        )
+    return None

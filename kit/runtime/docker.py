@@ -164,6 +164,8 @@ class DockerRuntime(Runtime):
     def start(self, spec: ContainerSpec) -> Any:
         """Create and start the planned container, detached and labelled."""
         docker = _docker()
+        if self.image_info(spec.image) is None:  # containers.run would pull it silently
+            raise ImageError(f"image {spec.image} is not on this host", hint=f"run `kit pull {spec.image}` first")
         kwargs = to_docker_kwargs(spec)
         if "device_requests" in kwargs:
             kwargs["device_requests"] = [docker.types.DeviceRequest(**r) for r in kwargs["device_requests"]]

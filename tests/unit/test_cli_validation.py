@@ -146,3 +146,23 @@ def test_help_lists_every_verb_and_exit_codes(capsys: pytest.CaptureFixture[str]
     ):
         assert f"\n  {verb} " in out
     assert "130  interrupted" in out
+
+
+def test_image_drift_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kit.commands.up import image_drift
+    from kit.state import record_image
+
+    monkeypatch.setenv("KIT_STATE_DIR", str(tmp_path))
+
+    class FakeRuntime:
+        def __init__(self, image_id: str) -> None:
+            self.image_id = image_id
+
+        def image_info(self, ref: str) -> dict[str, str]:
+            return {"id": self.image_id}
+
+    assert image_drift(FakeRuntime("sha256:aaa"), "org/img:1") is None  # nothing recorded
+    record_image("org/img:1", "org/img@sha256:d", image_id="sha256:aaa")
+    assert image_drift(FakeRuntime("sha256:aaa"), "org/img:1") is None
+    warning = image_drift(FakeRuntime("sha256:bbb"), "org/img:1")
+    assert warning is not None and "kit recorded sha256:aaa" in warning and "kit pull" in warning
