@@ -61,6 +61,7 @@ SCHEMA: dict[str, Spec] = {
     "ports.ray_max_worker": Spec("int", 11999, "highest Ray worker port"),
     "ports.api": Spec("int", 8000, "vLLM OpenAI API port"),
     "ports.mp_master": Spec("int", 29500, "mp backend master port (torch.distributed rendezvous)"),
+    "ports.verify": Spec("int", 29512, "rendezvous port of `kit verify`'s collective probe (free while serving)"),
     "model.id": Spec("str", "Qwen/Qwen2.5-7B-Instruct", "model id on the hub, or a path inside the HF cache mount"),
     "model.served_name": Spec("str", None, "name clients use (default: the model id)", optional=True),
     "model.tp": Spec("int_auto", "auto", "tensor parallel size, or auto (kit plan; = gpus_per_node without a model)"),
@@ -114,6 +115,7 @@ class Ports:
     ray_max_worker: int
     api: int
     mp_master: int
+    verify: int
 
 
 @dataclass(frozen=True)

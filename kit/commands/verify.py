@@ -2,15 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from kit.commands._common import config_options, overrides_from, resolve
 from kit.errors import UsageError
 from kit.output import emit, progress
 from kit.verify.policy import EXPECTS
 from kit.verify.report import VerifyResult, junit_xml, raise_if_failed, render_text
+
+RAY_VIEW_TIMEOUT_S = 15.0
+
+if TYPE_CHECKING:
+    from kit.config import KitConfig
+    from kit.runtime.base import NodeHandle
+    from kit.verify.runner import CollectiveSpec
 
 
 @click.command(name="verify")
@@ -25,7 +36,6 @@ from kit.verify.report import VerifyResult, junit_xml, raise_if_failed, render_t
     metavar="IMAGE",
     help="Validate an image only (CI): imports, versions, `vllm serve --help`, RDMA userland, probe files.",
 )
-@click.option("--cluster", default="default", show_default=True, help="Cluster name (labels).")
 @click.option(
     "--expect",
     type=click.Choice(EXPECTS),
@@ -34,9 +44,12 @@ from kit.verify.report import VerifyResult, junit_xml, raise_if_failed, render_t
     help="Transport policy. auto: IB+GDRDMA across nodes when nodes have IB, P2P within "
     "a node when its GPUs are NVLinked.",
 )
-@click.option("--nodes", "expected_nodes", type=int, help="Nodes the plan expects.")
-@click.option("--gpus-per-node", type=int, help="GPUs per node the plan expects.")
-@click.option("--sizes", default="1M,32M,256M,1G", show_default=True, help="All-reduce message sizes.")
+@click.option("--nodes", "expected_nodes", type=int, help="Nodes the plan expects (config: nodes).")
+@click.option("--gpus-per-node", type=int, help="GPUs per node the plan expects (config: gpus_per_node).")
+@click.option(
+    "--sizes",
+    help="All-reduce message sizes  [default: 1M,32M,256M,1G on NCCL, 1M,16M on Gloo/CPU]",
+)
 @click.option(
     "--budget",
     "budget_s",
@@ -46,7 +59,10 @@ from kit.verify.report import VerifyResult, junit_xml, raise_if_failed, render_t
     help="Seconds of timed all-reduces per message size.",
 )
 @click.option("--no-collective", is_flag=True, help="Skip the collective probe.")
-@click.option("--model", help="Check that this model's HF snapshot is identical on all nodes.")
+@click.option(
+    "--model",
+    help="Check that this model's HF snapshot is identical on all nodes (config: model.id).",
+)
 @click.option(
     "--python",
     "python",
@@ -63,7 +79,11 @@ from kit.verify.report import VerifyResult, junit_xml, raise_if_failed, render_t
     help="--host across nodes: run this on every node at once.",
 )
 @click.option("--node-rank", type=int, default=0, show_default=True, help="--host: this node's rank.")
-@click.option("--master-port", type=int, help="Rendezvous port (default: free port / 29512).")
+@click.option(
+    "--master-port",
+    type=int,
+    help="Rendezvous port (default: cluster: ports.verify; --host: a free port / 29512).",
+)
 @click.option(
     "--timeout",
     "timeout_s",
@@ -76,14 +96,14 @@ from kit.verify.report import VerifyResult, junit_xml, raise_if_failed, render_t
 @click.option("--gpus", is_flag=True, help="--image: give the container the GPUs.")
 @click.option("--junit", "junit_path", type=click.Path(dir_okay=False), help="Also write JUnit XML.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@config_options
 def command(
     on_host: bool,
     image: str | None,
-    cluster: str,
     expect: str,
     expected_nodes: int | None,
     gpus_per_node: int | None,
-    sizes: str,
+    sizes: str | None,
     budget_s: float,
     no_collective: bool,
     model: str | None,
@@ -97,17 +117,23 @@ def command(
     gpus: bool,
     junit_path: str | None,
     as_json: bool,
+    config_path: str | None,
+    cluster: str | None,
+    set_values: tuple[str, ...],
 ) -> None:
     """Prove the cluster is right: GPUs, versions, node facts, NCCL transport, bandwidth.
 
     \b
     kit verify                      every node of the cluster, through the container runtime
+                                    (nodes, GPUs, model, ports from the config; flags override)
     kit verify --host               this machine directly (2 GPUs: under 30 s)
     kit verify --image IMAGE        image only, for CI (with --junit report.xml)
     Exits 7 when a check fails; warnings do not change the exit code.
     """
     from kit.verify import runner
 
+    if (on_host or image) and (cluster or config_path or set_values):
+        raise UsageError("--cluster, --config and --set apply to cluster mode only (no --host/--image)")
     if on_host and image:
         raise UsageError("--host and --image exclude each other")
     if nnodes > 1 and not (on_host and head_address):
@@ -133,18 +159,43 @@ def command(
             collective=not no_collective,
         )
     else:
-        progress(f"verify: probing the nodes of cluster {cluster}", as_json=as_json)
-        result = runner.verify_cluster(
-            runner.get_runtime(),
-            cluster,
-            expectations,
-            spec,
-            model=model,
-            collective=not no_collective,
-        )
+        flags = {"cluster": cluster, "nodes": expected_nodes, "gpus_per_node": gpus_per_node, "model": model}
+        mapping = {"cluster": "cluster", "nodes": "nodes", "gpus_per_node": "gpus_per_node", "model": "model.id"}
+        config = resolve(config_path, overrides_from(flags, mapping, set_values)).config
+        progress(f"verify: probing the nodes of cluster {config.cluster}", as_json=as_json)
+        result = verify_cluster(config, expect, spec, collective=not no_collective)
     if junit_path:
         Path(junit_path).write_text(junit_xml(result))
     if not (as_json and result.status == "fail"):
         # On failure with --json the CLI prints one document: the error with the result inside.
         emit("verify", result.to_dict(), as_json=as_json, text=lambda: render_text(result))
     raise_if_failed(result)
+
+
+def verify_cluster(config: KitConfig, expect: str, spec: CollectiveSpec, *, collective: bool = True) -> VerifyResult:
+    """Cluster mode from the resolved config: its nodes, GPUs per node, accelerator, model and
+    ports; the Ray view (registered IPs) through the same code as `kit status`."""
+    from kit.commands.status import merge_views, ray_view
+    from kit.runtime import get_runtime
+    from kit.verify import runner
+
+    runtime = get_runtime(config)
+
+    def view(head: NodeHandle, nodes: Sequence[NodeHandle]) -> list[dict[str, Any]]:
+        # Runs while the nodes are probed; a node that just joined must first start a Ray worker
+        # process to answer (seconds on a busy CPU node), hence more patience than `kit status`.
+        return merge_views(ray_view(runtime, head, config.ports.ray_gcs, timeout=RAY_VIEW_TIMEOUT_S), list(nodes))
+
+    # The rendezvous port: ports.verify unless --master-port. Nothing else listens on it
+    # while the cluster serves (ports.mp_master is held by the mp backend).
+    spec = dataclasses.replace(spec, master_port=spec.master_port or config.ports.verify)
+    return runner.verify_cluster(
+        runtime,
+        config.cluster,
+        runner.Expectations(expect, config.nodes, config.gpus_per_node, config.accelerator),
+        spec,
+        model=config.model.id or None,
+        collective=collective,
+        ray_view=view if config.backend == "ray" else None,
+        probe_env={"KIT_RAY_TEMP_DIR": config.ray.temp_dir},
+    )

@@ -95,7 +95,11 @@ def check_image(facts: Mapping[str, Any]) -> list[Check]:
         )
     userland = (facts.get("infiniband") or {}).get("userland") or {}
     missing = [lib for lib, path in userland.items() if not path]
-    if missing:
+    torch = facts.get("torch") or {}
+    if missing and torch.get("importable") and not torch.get("cuda"):
+        # A CPU build of torch runs Gloo over TCP: NCCL, and so RDMA, is never used.
+        checks.append(Check("rdma.userland", PASS, f"CPU-only torch {torch.get('version')}: RDMA userland not needed"))
+    elif missing:
         checks.append(
             Check(
                 "rdma.userland",

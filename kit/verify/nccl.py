@@ -174,6 +174,7 @@ class TransportSummary:
     networks: list[str]
     warnings: list[str]
     vias: dict[str, int] = field(default_factory=dict)  # raw `via` text -> count
+    backend: str = "nccl"  # "gloo": no NCCL lines; every link is TCP (see gloo_summary)
 
     @property
     def intra_worst(self) -> Transport | None:
@@ -185,6 +186,7 @@ class TransportSummary:
 
     def to_dict(self) -> dict[str, object]:
         return {
+            "backend": self.backend,
             "intra": self.intra,
             "inter": self.inter,
             "intra_worst": _value(self.intra_worst),
@@ -243,3 +245,24 @@ def summarize_lines(lines: Iterable[str]) -> TransportSummary:
 
 def _version_key(v: str) -> tuple[int, ...]:
     return tuple(int(p) for p in v.split("."))
+
+
+def gloo_summary(nnodes: int, nproc: int) -> TransportSummary:
+    """Gloo prints no transport lines, and needs none: every Gloo pair talks over TCP.
+
+    Counted like NCCL's send connections: one per ordered pair of ranks, split by whether the
+    two ranks share a node.
+    """
+    world = nnodes * nproc
+    intra = nnodes * nproc * (nproc - 1)
+    inter = world * (world - 1) - intra
+    return TransportSummary(
+        intra={Transport.SOCKET.value: intra} if intra else {},
+        inter={Transport.SOCKET.value: inter} if inter else {},
+        version=None,
+        ib_devices={},
+        networks=["Socket"],
+        warnings=[],
+        vias={"Gloo/TCP": world * (world - 1)} if world > 1 else {},
+        backend="gloo",
+    )

@@ -18,7 +18,9 @@ PASS, WARN, FAIL = "pass", "warn", "fail"
 _RANK = {PASS: 0, WARN: 1, FAIL: 2}
 
 SHM_MIN_BYTES = 1 << 30  # Docker's default 64 MB breaks NCCL/Ray (FIELD_NOTES row 6)
-VERSION_KEYS = ("python", "torch", "cuda", "nccl", "vllm", "ray", "kit_probe", "image_digest")
+# "packages": a fingerprint of every installed distribution (name==version), so a pip tree that
+# differs anywhere is caught, not only in the packages named here.
+VERSION_KEYS = ("python", "torch", "cuda", "nccl", "vllm", "ray", "kit_probe", "packages", "image_digest")
 
 # Bus-bandwidth floors (GB/s, at the largest size measured) by the slowest link type seen.
 # Deliberately low: below them something is wrong, not merely old hardware.
@@ -96,12 +98,15 @@ def check_node(
     *,
     expected_gpus: int | None = None,
     planned_ip: str | None = None,
+    accelerator: str = "gpu",
 ) -> list[Check]:
     checks: list[Check] = []
     gpus = _get(facts, "gpu", "gpus") or []
     torch = _get(facts, "torch") or {}
     n = len(gpus)
-    if expected_gpus is not None and n != expected_gpus:
+    if accelerator == "cpu" and not n:
+        checks.append(Check("gpu.count", PASS, "accelerator cpu: no GPUs expected (collective on Gloo)", node=node))
+    elif expected_gpus is not None and accelerator != "cpu" and n != expected_gpus:
         checks.append(
             Check(
                 "gpu.count",
@@ -241,11 +246,47 @@ def check_node(
     else:
         checks.append(Check("node.rdma", PASS, "no active InfiniBand/RoCE ports", node=node))
 
-    checks.extend(_network_checks(node, _get(facts, "network") or {}, planned_ip))
+    # The head's Ray view (facts["ray"], cluster mode) supersedes the node's own session file.
+    checks.extend(_network_checks(node, _get(facts, "network") or {}, planned_ip, ray_file="ray" not in facts))
+    if "ray" in facts:
+        checks.append(_ray_check(node, facts["ray"], _get(facts, "network", "node_ip"), planned_ip))
+    hf = _get(facts, "hf_cache") or {}
+    if hf.get("model"):  # no model asked for (--host without --model): the cache does not matter
+        checks.append(_hf_cache_check(node, hf))
     return checks
 
 
-def _network_checks(node: str, net: Mapping[str, Any], planned_ip: str | None) -> list[Check]:
+def _hf_cache_check(node: str, hf: Mapping[str, Any]) -> Check:
+    if not hf.get("present"):
+        return Check(
+            "node.hf_cache",
+            WARN,
+            f"no HF cache at {hf.get('home') or hf.get('hub')}: this node downloads models by itself",
+            "mount the same HF cache on every node (config: hf_cache)",
+            node,
+        )
+    return Check("node.hf_cache", PASS, f"HF cache at {hf.get('home') or hf.get('hub')}", node=node)
+
+
+def _ray_check(node: str, row: Mapping[str, Any] | None, node_ip: str | None, planned_ip: str | None) -> Check:
+    """What Ray registered for this node (the head's view, kit.commands.status.ray_view)."""
+    ip = planned_ip or node_ip
+    fix = f"ray start --node-ip-address {ip} with VLLM_HOST_IP={ip} (kit up does); then `kit up --replace`"
+    if row is None:
+        return Check("node.ray_ip", FAIL, f"Ray has no alive node registered as {ip}", fix, node)
+    registered, host_ip = row.get("ip"), row.get("vllm_host_ip")
+    if registered != ip:
+        return Check("node.ray_ip", FAIL, f"Ray registered {registered}, the node IP is {ip}", fix, node)
+    if host_ip is None:
+        return Check(
+            "node.ray_ip", WARN, f"Ray registered {registered}; its VLLM_HOST_IP could not be read", None, node
+        )
+    if host_ip != registered:
+        return Check("node.ray_ip", FAIL, f"Ray registered {registered}, VLLM_HOST_IP is {host_ip}", fix, node)
+    return Check("node.ray_ip", PASS, f"Ray registered {registered} = VLLM_HOST_IP", node=node)
+
+
+def _network_checks(node: str, net: Mapping[str, Any], planned_ip: str | None, *, ray_file: bool = True) -> list[Check]:
     ip, iface = net.get("node_ip"), net.get("interface")
     addrs = net.get("interfaces") or {}
     if not ip:
@@ -273,7 +314,7 @@ def _network_checks(node: str, net: Mapping[str, Any], planned_ip: str | None) -
         )
     else:
         checks.append(Check("node.ip", PASS, f"{ip} on {iface or '?'}", node=node))
-    ray_ip = net.get("ray_node_ip")
+    ray_ip = net.get("ray_node_ip") if ray_file else None
     if ray_ip and ray_ip != ip:
         checks.append(
             Check(
@@ -311,6 +352,19 @@ def version_table(nodes: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str,
     }
 
 
+def package_differences(nodes: Mapping[str, Mapping[str, Any]], limit: int = 5) -> list[str]:
+    """`six (a 1.17.0, b 1.16.0)` for each installed package whose version differs across nodes."""
+    trees = {n: _get(f, "packages") or {} for n, f in nodes.items()}
+    names = sorted({p for tree in trees.values() for p in tree})
+    out = []
+    for name in names:
+        seen = {n: tree.get(name) for n, tree in trees.items()}
+        if len(set(seen.values())) > 1:
+            per_node = ", ".join(f"{n} {v or 'absent'}" for n, v in seen.items())
+            out.append(f"{name} ({per_node})")
+    return out[:limit] + ([f"and {len(out) - limit} more"] if len(out) > limit else [])
+
+
 def check_versions(nodes: Mapping[str, Mapping[str, Any]]) -> list[Check]:
     checks = []
     for key, values in version_table(nodes).items():
@@ -318,6 +372,8 @@ def check_versions(nodes: Mapping[str, Mapping[str, Any]]) -> list[Check]:
         if len(distinct) > 1:
             status = WARN if key == "driver" else FAIL
             detail = ", ".join(f"{n}={v}" for n, v in values.items())
+            if key == "packages" and (diff := package_differences(nodes)):
+                detail = "; ".join(diff)
             checks.append(
                 Check(
                     f"versions.{key}",
@@ -335,6 +391,8 @@ def check_cluster(
     nodes: Mapping[str, Mapping[str, Any]],
     *,
     expected_nodes: int | None = None,
+    ray: Sequence[Mapping[str, Any]] | None = None,
+    ray_error: str | None = None,
 ) -> list[Check]:
     checks = []
     if expected_nodes is not None and len(nodes) != expected_nodes:
@@ -346,6 +404,22 @@ def check_cluster(
                 "start the missing nodes (kit up) or fix --nodes",
             )
         )
+    if ray_error:
+        checks.append(Check("cluster.ray", FAIL, ray_error, "is the head ready? see `kit logs --role head`"))
+    elif ray is not None:
+        alive = sorted(str(r.get("ip")) for r in ray if not r.get("lost") and r.get("alive", True))
+        want = expected_nodes if expected_nodes is not None else len(nodes)
+        if len(alive) < want:
+            checks.append(
+                Check(
+                    "cluster.ray",
+                    FAIL,
+                    f"Ray sees {len(alive)} alive node(s) ({', '.join(alive) or 'none'}), the plan expects {want}",
+                    "start the missing workers (kit up --worker) and see `kit status`",
+                )
+            )
+        else:
+            checks.append(Check("cluster.ray", PASS, f"Ray sees {len(alive)} alive node(s): {', '.join(alive)}"))
     models = {g["name"] for f in nodes.values() for g in _get(f, "gpu", "gpus") or []}
     if len(models) > 1:
         checks.append(
@@ -362,7 +436,16 @@ def check_cluster(
         prints = {n: s.get("fingerprint") for n, s in snaps.items()}
         missing = [n for n, p in prints.items() if not p]
         model = next(s["model"] for s in snaps.values() if s.get("model"))
-        if missing:
+        if missing and len(missing) == len(prints):
+            checks.append(
+                Check(
+                    "cluster.hf_snapshot",
+                    WARN,
+                    f"{model} is in the HF cache of no node: every node downloads it at start",
+                    "download it once into the shared HF cache (huggingface-cli download)",
+                )
+            )
+        elif missing:
             checks.append(
                 Check(
                     "cluster.hf_snapshot",
@@ -425,6 +508,9 @@ def check_collective(
                 "check GPU health (nvidia-smi -q, dmesg Xid) and NCCL_PROTO/ALGO overrides",
             )
         )
+    if collective.get("backend") == "gloo":
+        checks.extend(_gloo(expect, int(collective.get("nnodes") or 1)))
+        return checks
     if collective.get("backend") != "nccl" or summary is None:
         return checks
     links = [nvlinked(f) for f in nodes.values()]
@@ -434,6 +520,37 @@ def check_collective(
     checks.append(_intra(summary, expect, is_nvlinked, env))
     checks.append(_inter(summary, expect, ports, nodes, int(collective.get("nnodes") or 1)))
     checks.extend(_bandwidth(collective, summary, is_nvlinked))
+    return checks
+
+
+def _gloo(expect: str, nnodes: int) -> list[Check]:
+    """No GPUs: the collective ran on Gloo, whose links are all TCP sockets (it prints no NCCL
+    lines to classify). Fine for CPU nodes; a policy that asks for more cannot be met."""
+    checks = []
+    gloo_fix = "give the nodes GPUs (accelerator: gpu) so the collective runs on NCCL, or use --expect socket-ok"
+    if expect == "nvlink":
+        checks.append(
+            Check(
+                "transport.intra",
+                FAIL,
+                "--expect nvlink needs NVLinked GPUs, but the collective ran on Gloo (no GPUs)",
+                gloo_fix,
+            )
+        )
+    if nnodes <= 1:
+        checks.append(Check("transport.inter", PASS, "single node: no inter-node links"))
+    elif expect in ("ib-gdr", "ib"):
+        need = "InfiniBand with GPUDirect RDMA" if expect == "ib-gdr" else "InfiniBand/RoCE"
+        checks.append(
+            Check(
+                "transport.inter",
+                FAIL,
+                f"inter-node links use Socket (Gloo over TCP, no GPUs) but --expect {expect} needs {need}",
+                gloo_fix,
+            )
+        )
+    else:
+        checks.append(Check("transport.inter", PASS, f"inter-node: Socket (Gloo over TCP) across {nnodes} nodes"))
     return checks
 
 
@@ -562,6 +679,9 @@ def evaluate(
     expected_nodes: int | None = None,
     expected_gpus_per_node: int | None = None,
     planned_ips: Mapping[str, str | None] | None = None,
+    accelerator: str = "gpu",
+    ray: Sequence[Mapping[str, Any]] | None = None,
+    ray_error: str | None = None,
 ) -> list[Check]:
     """All checks, per node first, then across nodes, then the collective."""
     checks: list[Check] = []
@@ -572,9 +692,10 @@ def evaluate(
                 facts,
                 expected_gpus=expected_gpus_per_node,
                 planned_ip=(planned_ips or {}).get(node),
+                accelerator=accelerator,
             )
         )
-    checks.extend(check_cluster(nodes, expected_nodes=expected_nodes))
+    checks.extend(check_cluster(nodes, expected_nodes=expected_nodes, ray=ray, ray_error=ray_error))
     if collective is not None:
         checks.extend(check_collective(collective, summary, expect=expect, nodes=nodes))
     return checks

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-PROBE_VERSION = "1"
+PROBE_VERSION = "2"
 SIOCGIFADDR = 0x8915
 
 
@@ -258,19 +258,27 @@ def hf_cache(model: str | None) -> dict[str, Any]:
     """HF cache location and, for `model`, a fingerprint of its snapshot.
 
     Blob file names in the hub cache are content hashes, so hashing (path, blob name, size)
-    identifies a snapshot without reading gigabytes of weights.
+    identifies a snapshot without reading gigabytes of weights. `model` may also be a directory
+    (a model id that is a path inside the HF cache mount): then (path, size) of every file.
     """
-    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
-        os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface"), "hub"
-    )
-    info: dict[str, Any] = {"hub": hub, "present": os.path.isdir(hub), "model": model}
+    home = os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface")
+    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(home, "hub")
+    info: dict[str, Any] = {
+        "home": home,
+        "hub": hub,
+        "present": os.path.isdir(hub) or os.path.isdir(home),
+        "model": model,
+    }
     if not model:
         return info
-    repo = Path(hub) / ("models--" + model.replace("/", "--"))
-    revision = _read(repo / "refs" / "main")
-    snapshot = repo / "snapshots" / revision if revision else None
+    if model.startswith("/"):
+        revision, snapshot = None, Path(model)
+    else:
+        repo = Path(hub) / ("models--" + model.replace("/", "--"))
+        revision = _read(repo / "refs" / "main")
+        snapshot = repo / "snapshots" / revision if revision else repo / "snapshots" / "-"
     info.update({"revision": revision, "snapshot": None, "files": 0, "fingerprint": None})
-    if snapshot is None or not snapshot.is_dir():
+    if not snapshot.is_dir():
         return info
     digest = hashlib.sha256()
     count = 0
@@ -280,6 +288,23 @@ def hf_cache(model: str | None) -> dict[str, Any]:
         count += 1
     info.update({"snapshot": str(snapshot), "files": count, "fingerprint": digest.hexdigest()[:16]})
     return info
+
+
+def packages() -> dict[str, str]:
+    """Every installed distribution and its version (a differing pip tree is FIELD_NOTES §1 row 7)."""
+    from importlib import metadata
+
+    found: dict[str, str] = {}
+    for dist in metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower().replace("_", "-")
+        if name:
+            found[name] = dist.version
+    return dict(sorted(found.items()))
+
+
+def packages_fingerprint(pkgs: dict[str, str]) -> str:
+    text = "\n".join(f"{name}=={version}" for name, version in sorted(pkgs.items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def versions() -> dict[str, Any]:
@@ -322,7 +347,9 @@ def collect(args: argparse.Namespace) -> dict[str, Any]:
         "infiniband": infiniband(),
         "network": network_facts(args.head_ip),
         "hf_cache": hf_cache(args.model),
+        "packages": packages(),
     }
+    facts["versions"]["packages"] = packages_fingerprint(facts["packages"])
     if not args.no_torch:
         facts["torch"] = torch_facts()
         if facts["torch"].get("nccl"):

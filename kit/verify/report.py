@@ -23,6 +23,7 @@ class VerifyResult:
     expect: str = "auto"
     wall_s: float = 0.0
     target: str | None = None  # image reference in image mode
+    ray: list[dict[str, Any]] | None = None  # the head's Ray view (cluster mode, Ray backend)
 
     @property
     def status(self) -> str:
@@ -43,6 +44,7 @@ class VerifyResult:
             "bandwidth": (self.collective or {}).get("results", []),
             "nodes": self.nodes,
             "collective": collective,
+            "ray": self.ray,
             "wall_s": self.wall_s,
         }
 
@@ -97,7 +99,14 @@ def render_text(result: VerifyResult) -> str:
     t = result.transport
     if t is not None and (t.intra or t.inter or t.version):
         links = f"intra-node {_counts(t.intra)}; inter-node {_counts(t.inter)}"
-        parts += [f"NCCL {t.version or '?'}: {links}", ""]
+        what = "Gloo (TCP, no NCCL)" if t.backend == "gloo" else f"NCCL {t.version or '?'}"
+        parts += [f"{what}: {links}", ""]
+    if result.ray:
+        rows = [
+            (r.get("ip"), "LOST" if r.get("lost") else "yes", r.get("vllm_host_ip") or "-", f"{r.get('gpus', 0):g}")
+            for r in result.ray
+        ]
+        parts += ["Ray (head's view)", table(["registered ip", "alive", "VLLM_HOST_IP", "GPU"], rows), ""]
     if result.collective and result.collective.get("results"):
         parts += [
             f"All-reduce bandwidth ({result.collective.get('world_size')} ranks, {result.collective.get('backend')})",

@@ -10,14 +10,14 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from kit.errors import CommandError, KitError, RuntimeUnavailable
-from kit.runtime.base import ExecResult, NodeHandle, Runtime
+from kit.errors import CommandError, KitError
+from kit.runtime.base import ExecResult, NodeHandle
 from kit.verify import nccl, policy
 from kit.verify.report import VerifyResult
 
@@ -48,16 +48,22 @@ def collective_source() -> str:
     return COLLECTIVE_PATH.read_text()
 
 
+# The head's Ray view (kit.commands.status.ray_view + merge_views): one row per Ray node with
+# its registered `ip`, the `vllm_host_ip` its raylet sees, `alive` and `lost`.
+RayView = Callable[[NodeHandle, Sequence[NodeHandle]], list[dict[str, Any]]]
+
+
 @dataclass(frozen=True)
 class Expectations:
     expect: str = "auto"
     nodes: int | None = None
     gpus_per_node: int | None = None
+    accelerator: str = "gpu"  # "cpu": no GPUs expected, the collective runs on Gloo
 
 
 @dataclass(frozen=True)
 class CollectiveSpec:
-    sizes: str = "1M,32M,256M,1G"
+    sizes: str | None = None  # None: the probe's default for its backend (collective.DEFAULT_SIZES)
     budget_s: float = 0.5
     timeout_s: int = 120
     master_port: int | None = None  # None: a free port on one node, 29512 across nodes
@@ -68,10 +74,11 @@ class CollectiveSpec:
             "MASTER_PORT": str(self.master_port or (free_port() if nnodes == 1 else 29512)),
             "KIT_NODE_RANK": str(node_rank),
             "KIT_NNODES": str(nnodes),
-            "KIT_SIZES": self.sizes,
             "KIT_BUDGET_S": str(self.budget_s),
             "KIT_TIMEOUT_S": str(self.timeout_s),
         }
+        if self.sizes:
+            env["KIT_SIZES"] = self.sizes
         if nproc:
             env["KIT_NPROC"] = str(nproc)
         return env
@@ -101,10 +108,21 @@ def judge(
     expectations: Expectations,
     *,
     planned_ips: Mapping[str, str | None] | None = None,
+    ray: Sequence[Mapping[str, Any]] | None = None,
+    ray_error: str | None = None,
     started: float,
 ) -> VerifyResult:
-    """Classify the NCCL lines and apply the policy: pure apart from reading the clock."""
-    summary = nccl.summarize_lines(collective.get("nccl_lines") or []) if collective else None
+    """Classify the transport and apply the policy: pure apart from reading the clock."""
+    if ray is not None:
+        # Each node's row of the head's Ray view, by the IP kit planned for it (None: not in Ray).
+        alive = {r.get("ip"): r for r in ray if r.get("alive") and not r.get("lost")}
+        ips = planned_ips or {}
+        nodes = {name: {**f, "ray": alive.get(ips.get(name) or _get_ip(f))} for name, f in nodes.items()}
+    summary = None
+    if collective and collective.get("backend") == "gloo":
+        summary = nccl.gloo_summary(int(collective.get("nnodes") or 1), int(collective.get("nproc") or 1))
+    elif collective:
+        summary = nccl.summarize_lines(collective.get("nccl_lines") or [])
     checks = policy.evaluate(
         nodes,
         collective,
@@ -113,6 +131,9 @@ def judge(
         expected_nodes=expectations.nodes,
         expected_gpus_per_node=expectations.gpus_per_node,
         planned_ips=planned_ips,
+        accelerator=expectations.accelerator,
+        ray=ray,
+        ray_error=ray_error,
     )
     return VerifyResult(
         mode=mode,
@@ -121,8 +142,14 @@ def judge(
         collective=collective,
         transport=summary,
         expect=expectations.expect,
+        ray=[dict(r) for r in ray] if ray is not None else None,
         wall_s=round(time.monotonic() - started, 2),
     )
+
+
+def _get_ip(facts: Mapping[str, Any]) -> str | None:
+    ip = (facts.get("network") or {}).get("node_ip")
+    return str(ip) if ip else None
 
 
 # --- this host ------------------------------------------------------------------------------
@@ -190,18 +217,6 @@ def verify_host(
 # --- every node of a cluster through a runtime ------------------------------------------------
 
 
-def get_runtime() -> Runtime:
-    try:
-        from kit.runtime.docker import DockerRuntime  # type: ignore[import-not-found,unused-ignore]
-    except ImportError as exc:
-        raise RuntimeUnavailable(
-            f"the Docker runtime is not available ({exc})",
-            hint="run `kit verify --host` on each node, or `kit verify --image IMAGE`",
-        ) from exc
-    runtime: Runtime = DockerRuntime()
-    return runtime
-
-
 def verify_cluster(
     runtime: NodeRunner,
     cluster: str,
@@ -210,29 +225,47 @@ def verify_cluster(
     *,
     model: str | None = None,
     collective: bool = True,
+    ray_view: RayView | None = None,
+    probe_env: Mapping[str, str] | None = None,
 ) -> VerifyResult:
-    """Probe every node the runtime finds, then one collective across all of them."""
+    """Probe every node the runtime finds (and read the head's Ray view at the same time), then
+    run one collective across all of them with rank 0 on the head.
+
+    probe_env: extra environment for the node probe (e.g. KIT_RAY_TEMP_DIR).
+    """
     started = time.monotonic()
     nodes = [n for n in runtime.find_nodes(cluster) if n.state == "running"]
     if not nodes:
         raise KitError(f"no running nodes of cluster {cluster!r}", hint="start them with `kit up`")
-    head = nodes[0]
+    head = next((n for n in nodes if n.role == "head"), None)
+    if head is None:
+        raise KitError(f"the head of cluster {cluster!r} is not running", hint="start it with `kit up --head`")
     if not head.ip:
         raise KitError(f"head node {head.name} has no planned IP", hint="recreate it with `kit up`")
+    nodes = [head, *(n for n in nodes if n is not head)]
 
     def probe(node: NodeHandle) -> dict[str, Any]:
         argv = ["python3", "-c", probe_source(), "--head-ip", head.ip or ""]
         if model:
             argv += ["--model", model]
-        env = {"KIT_IMAGE_DIGEST": node.image_digest} if node.image_digest else None
-        facts = parse_probe_output("node", runtime.exec(node, argv, env=env, timeout=120), argv)
+        env = dict(probe_env or {})
+        if node.image_digest:
+            env["KIT_IMAGE_DIGEST"] = node.image_digest
+        facts = parse_probe_output("node", runtime.exec(node, argv, env=env or None, timeout=120), argv)
         if node.image_digest:
             facts.setdefault("versions", {})["image_digest"] = node.image_digest
         return facts
 
-    with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+    ray: list[dict[str, Any]] | None = None
+    ray_error = None
+    with ThreadPoolExecutor(max_workers=len(nodes) + 1) as pool:
+        view = pool.submit(ray_view, head, nodes) if ray_view else None
         facts = dict(zip([n.name for n in nodes], pool.map(probe, nodes), strict=True))
-
+        if view is not None:
+            try:
+                ray = view.result()
+            except KitError as err:
+                ray_error = f"cannot read the Ray view from the head: {err.message}"
     result = None
     if collective:
         nproc = {n.name: len(facts[n.name].get("gpu", {}).get("gpus") or []) or None for n in nodes}
@@ -254,6 +287,8 @@ def verify_cluster(
         result,
         expectations,
         planned_ips={n.name: n.ip for n in nodes},
+        ray=ray,
+        ray_error=ray_error,
         started=started,
     )
 

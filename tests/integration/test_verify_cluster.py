@@ -1,0 +1,163 @@
+"""`kit verify` on a real two-node cluster: two containers of the CPU engine image (real Ray,
+real torch.distributed over Gloo) with distinct IPs on a private Docker network (issue 5).
+
+- a good cluster passes: identical versions/digest table, a correct all-reduce over 2 ranks on
+  2 nodes, inter-node transport Socket (Gloo over TCP), Ray registered each node's own IP, the
+  model snapshot identical on both nodes;
+- a policy that asks for more (--expect ib-gdr) exits 7 with a one-line reason;
+- a worker started from a different image (other digest, one package at another version) is
+  caught by name.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+IMAGE = os.environ.get("KIT_TEST_IMAGE", "kit/vllm-cpu:test")
+MODEL = "kit-test/tiny"
+MODEL_CONFIG = Path(__file__).parents[1] / "data" / "models" / "qwen2.5-7b" / "config.json"
+Cli = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def cluster_env(name: str, tmp_path: Path) -> dict[str, str]:
+    octet = zlib.crc32(name.encode()) % 250 + 2
+    hf = tmp_path / "hf"
+    add_snapshot(hf, MODEL)
+    return {
+        "KIT_CLUSTER": name,
+        "KIT_IMAGE": IMAGE,
+        "KIT_ACCELERATOR": "cpu",
+        "KIT_BACKEND": "ray",
+        "KIT_NODES": "2",
+        "KIT_GPUS_PER_NODE": "1",
+        "KIT_NETWORK": f"{name}-net",
+        "KIT_NETWORK_SUBNET": f"10.214.{octet}.0/24",  # test_cluster_ray.py uses 10.213.x
+        "KIT_IPC_HOST": "false",
+        "KIT_SHM_SIZE": "1g",
+        "KIT_HF_CACHE": str(hf),
+        "KIT_MODEL_ID": MODEL,
+        "KIT_TIMEOUTS_JOIN": "180",
+    }
+
+
+def add_snapshot(hf: Path, model: str) -> None:
+    """A hub-cache layout (refs/main, blobs, snapshot symlinks) holding one real config.json."""
+    repo = hf / "hub" / ("models--" + model.replace("/", "--"))
+    (repo / "refs").mkdir(parents=True, exist_ok=True)
+    (repo / "refs" / "main").write_text("0123abcd")
+    (repo / "blobs").mkdir(exist_ok=True)
+    shutil.copy(MODEL_CONFIG, repo / "blobs" / "c0ffee")
+    snap = repo / "snapshots" / "0123abcd"
+    snap.mkdir(parents=True, exist_ok=True)
+    if not (snap / "config.json").is_symlink():
+        (snap / "config.json").symlink_to("../../blobs/c0ffee")
+
+
+@pytest.fixture
+def cluster(
+    docker_client: Any, cluster_name: str, kit_cli: Cli, tmp_path: Path
+) -> Iterator[tuple[dict[str, str], Cli]]:
+    if not docker_client.images.list(name=IMAGE):
+        pytest.fail(f"test image {IMAGE} is missing: build it with `kit build cpu --tag {IMAGE}`")
+    env = cluster_env(cluster_name, tmp_path)
+    yield env, kit_cli
+    kit_cli("down", env=env)
+
+
+def bring_up(kit: Cli, env: dict[str, str], *, worker_image: str | None = None) -> None:
+    worker_env = {**env, "KIT_IMAGE": worker_image} if worker_image else env
+    worker = kit("up", "--worker", "--no-wait", env=worker_env)
+    assert worker.returncode == 0, worker.stderr
+    head = kit("up", "--head", env=env)
+    assert head.returncode == 0, head.stderr
+
+
+def verify(kit: Cli, env: dict[str, str], *args: str) -> tuple[int, dict[str, Any], float]:
+    """(exit code, the result document, wall seconds) of `kit verify --json ARGS`."""
+    start = time.monotonic()
+    proc = kit("verify", "--json", *args, env=env, timeout=300)
+    took = time.monotonic() - start
+    doc = json.loads(proc.stdout)
+    return proc.returncode, doc, took
+
+
+def test_verify_passes_on_a_good_two_node_cluster(cluster: tuple[dict[str, str], Cli]) -> None:
+    env, kit = cluster
+    bring_up(kit, env)
+    code, doc, took = verify(kit, env)
+    print(f"kit verify on the 2-node CPU cluster: {took:.1f} s (result wall_s {doc['result']['wall_s']})")
+    assert code == 0, doc
+    result = doc["result"]
+    assert result["status"] == "pass", [c for c in result["checks"] if c["status"] != "pass"]
+    name = env["KIT_CLUSTER"]
+    nodes = [f"kit-{name}-head", f"kit-{name}-worker-1"]
+    assert list(result["nodes"]) == nodes
+
+    # Versions/digest table: one value per key, the same on both nodes, the digest known.
+    table = result["versions"]
+    assert all(list(values) == nodes for values in table.values())
+    assert all(len(set(values.values())) == 1 for values in table.values()), table
+    assert table["image_digest"][nodes[0]] and table["vllm"][nodes[0]] and table["packages"][nodes[0]]
+
+    # One all-reduce across 2 ranks on 2 nodes (rank 0 on the head), correct, over Gloo/TCP.
+    coll = result["collective"]
+    assert (coll["backend"], coll["nnodes"], coll["world_size"]) == ("gloo", 2, 2)
+    assert coll["ok"] and coll["correct"] and sorted(r["rank"] for r in coll["ranks"]) == [0, 1]
+    prefix = env["KIT_NETWORK_SUBNET"].rsplit(".", 1)[0]
+    assert coll["master"].startswith(f"{prefix}.10:")
+    assert result["transport"]["inter_worst"] == "socket" and result["transport"]["backend"] == "gloo"
+    checks = {(c["name"], c["node"]): c for c in result["checks"]}
+    assert "Socket" in checks[("transport.inter", None)]["reason"]
+
+    # Ray registered each node's own IP; the model snapshot is the same on both nodes.
+    assert [(r["ip"], r["vllm_host_ip"]) for r in result["ray"]] == [(f"{prefix}.10",) * 2, (f"{prefix}.11",) * 2]
+    assert all(checks[("node.ray_ip", n)]["status"] == "pass" for n in nodes)
+    assert checks[("cluster.hf_snapshot", None)]["reason"] == f"{MODEL} identical on all nodes"
+    fingerprints = {result["nodes"][n]["hf_cache"]["fingerprint"] for n in nodes}
+    assert len(fingerprints) == 1 and None not in fingerprints
+
+    # A policy asking for more than TCP fails with exit 7 and one line saying why.
+    code, doc, _ = verify(kit, env, "--expect", "ib-gdr")
+    assert code == 7, doc
+    message = doc["error"]["message"]
+    assert "\n" not in message
+    assert message == (
+        "verification failed: 1 check(s) failed; first: inter-node links use Socket (Gloo over TCP, no GPUs) "
+        "but --expect ib-gdr needs InfiniBand with GPUDirect RDMA"
+    )
+    assert doc["error"]["exit_code"] == 7
+
+
+def test_verify_catches_a_node_with_another_image(
+    cluster: tuple[dict[str, str], Cli], docker_client: Any, test_labels: dict[str, str]
+) -> None:
+    env, kit = cluster
+    # Same base, one layer more (a new digest) and one package at another version: what a node
+    # left on an older pull or a hand-patched pip tree looks like (FIELD_NOTES §1 row 7).
+    dockerfile = (
+        f"FROM {IMAGE}\n"
+        "RUN sed -i 's/^Version: .*/Version: 1.16.0/' /opt/venv/lib/python3*/site-packages/six-*.dist-info/METADATA\n"
+    )
+    other = f"kit/vllm-cpu:verify-{test_labels['kit.test-run']}"
+    docker_client.images.build(fileobj=io.BytesIO(dockerfile.encode()), tag=other, labels=test_labels, rm=True)
+    bring_up(kit, env, worker_image=other)
+    code, doc, _ = verify(kit, env, "--no-collective")
+    assert code == 7, doc
+    failed = {c["name"]: c["reason"] for c in doc["error"]["result"]["checks"] if c["status"] == "fail"}
+    assert set(failed) == {"versions.image_digest", "versions.packages"}, failed
+    name = env["KIT_CLUSTER"]
+    assert failed["versions.packages"] == (
+        f"packages differs: six (kit-{name}-head 1.17.0, kit-{name}-worker-1 1.16.0)"
+    )
+    assert doc["error"]["details"][0].startswith("versions.packages: packages differs: six")
