@@ -9,35 +9,19 @@ import signal
 import subprocess
 import sys
 import time
-import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-IMAGE = os.environ.get("KIT_TEST_IMAGE", "kit/vllm-cpu:test")
+from tests.integration.clusters import IMAGE, two_node_ray_env
+
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
 
 def cluster_env(name: str, tmp_path: Path) -> dict[str, str]:
-    octet = zlib.crc32(name.encode()) % 250 + 2
-    hf = tmp_path / "hf"
-    hf.mkdir(exist_ok=True)
-    return {
-        "KIT_CLUSTER": name,
-        "KIT_IMAGE": IMAGE,
-        "KIT_ACCELERATOR": "cpu",
-        "KIT_BACKEND": "ray",
-        "KIT_NODES": "2",
-        "KIT_GPUS_PER_NODE": "1",
-        "KIT_NETWORK": f"{name}-net",
-        "KIT_NETWORK_SUBNET": f"10.213.{octet}.0/24",
-        "KIT_IPC_HOST": "false",
-        "KIT_SHM_SIZE": "1g",
-        "KIT_HF_CACHE": str(hf),
-        "KIT_TIMEOUTS_JOIN": "180",
-    }
+    return two_node_ray_env(name, tmp_path / "hf", second_octet=213)
 
 
 @pytest.fixture

@@ -13,42 +13,26 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import shutil
 import subprocess
 import time
-import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-IMAGE = os.environ.get("KIT_TEST_IMAGE", "kit/vllm-cpu:test")
+from tests.integration.clusters import IMAGE, two_node_ray_env
+
 MODEL = "kit-test/tiny"
 MODEL_CONFIG = Path(__file__).parents[1] / "data" / "models" / "qwen2.5-7b" / "config.json"
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
 
 def cluster_env(name: str, tmp_path: Path) -> dict[str, str]:
-    octet = zlib.crc32(name.encode()) % 250 + 2
     hf = tmp_path / "hf"
     add_snapshot(hf, MODEL)
-    return {
-        "KIT_CLUSTER": name,
-        "KIT_IMAGE": IMAGE,
-        "KIT_ACCELERATOR": "cpu",
-        "KIT_BACKEND": "ray",
-        "KIT_NODES": "2",
-        "KIT_GPUS_PER_NODE": "1",
-        "KIT_NETWORK": f"{name}-net",
-        "KIT_NETWORK_SUBNET": f"10.214.{octet}.0/24",  # test_cluster_ray.py uses 10.213.x
-        "KIT_IPC_HOST": "false",
-        "KIT_SHM_SIZE": "1g",
-        "KIT_HF_CACHE": str(hf),
-        "KIT_MODEL_ID": MODEL,
-        "KIT_TIMEOUTS_JOIN": "180",
-    }
+    return {**two_node_ray_env(name, hf, second_octet=214), "KIT_MODEL_ID": MODEL}
 
 
 def add_snapshot(hf: Path, model: str) -> None:
