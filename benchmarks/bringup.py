@@ -18,7 +18,7 @@ before the next. Per kit run the script also reads the containers' timestamped l
 the time went (worker join retries, the head barrier, kit's own log polling). Not a timed test:
 run it and read the table.
 
-    python benchmarks/bringup.py [--rounds 3] [--image kit/vllm-cpu:test] [--json]
+    python benchmarks/bringup.py [--rounds 3] [--image kit/vllm-cpu:test] [--json] [--out FILE]
 """
 
 from __future__ import annotations
@@ -206,11 +206,13 @@ def main() -> int:
     parser.add_argument("--image", default=os.environ.get("KIT_TEST_IMAGE", "kit/vllm-cpu:test"))
     parser.add_argument("--python", default=sys.executable, help="the interpreter with kit installed")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--out", type=Path, help="also write the JSON result to this file")
     args = parser.parse_args()
 
     run_id = f"{random.randrange(16**6):06x}"
     third = random.randrange(2, 250)
     kit_subnet, base_subnet = f"10.214.{third}.0/24", f"10.214.{third + 1}.0/24"
+    load_before = os.getloadavg()
     kit_runs: list[dict[str, Any]] = []
     base_runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="kit-bench-bringup-") as tmp:
@@ -241,7 +243,10 @@ def main() -> int:
         "ok": ratio <= TARGET,
         "kit_runs": kit_runs,
         "baseline_runs": base_runs,
+        "loadavg_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
     }
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -286,6 +291,7 @@ def main() -> int:
         vals = [r[key] for r in kit_runs if r[key] is not None]
         if vals:
             print(f"  median {what}: {statistics.median(vals):.2f} s")
+    print(f"load average (1 min) before/after: {result['loadavg_before_after']}")
     return 0
 
 

@@ -18,7 +18,8 @@ time; one batch lasts only ~1-2 s here, so it runs --repeats times (default 5) p
 median is that run's figure. Sides alternate (kit first in even rounds) and never overlap; each
 is torn down before the next. Load generator: standard library threads + requests. Not a timed test: run it.
 
-    python benchmarks/serve_throughput.py [--rounds 3] [--requests 16] [--concurrency 4] [--repeats 5] [--json]
+    python benchmarks/serve_throughput.py [--rounds 3] [--requests 16] [--concurrency 4] [--repeats 5]
+                                          [--max-tokens 32] [--json] [--out FILE]
 """
 
 from __future__ import annotations
@@ -241,6 +242,7 @@ def main() -> int:
                         help="where the tiny model is generated (reused between runs)")  # fmt: skip
     parser.add_argument("--python", default=sys.executable, help="the interpreter with kit installed")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--out", type=Path, help="also write the JSON result to this file")
     args = parser.parse_args()
 
     hf = args.hf_cache.resolve()
@@ -295,6 +297,8 @@ def main() -> int:
         "direct_ready_median_s": round(statistics.median(r["ready_s"] for r in direct_runs), 2),
         "loadavg_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
     }
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
     if args.json:
         print(json.dumps(result, indent=2))
         return 0

@@ -244,7 +244,7 @@ class DockerRuntime(Runtime):
                     details=lines[-20:],
                     hint="check the other nodes and `kit status`; raise timeouts.join",
                 )
-            time.sleep(1)
+            time.sleep(0.5)
 
     def find_nodes(self, cluster: str) -> list[NodeHandle]:
         containers = self.client.containers.list(all=True, filters={"label": [LABEL_MANAGED, f"kit.cluster={cluster}"]})

@@ -35,7 +35,7 @@ while True:
         if time.monotonic() > deadline:
             print(f"kit: the Ray head did not come up: {exc}", flush=True)
             sys.exit(1)
-        time.sleep(2)
+        time.sleep(0.5)
 last = None
 while True:
     alive = [n for n in ray.nodes() if n.get("Alive")]
@@ -50,7 +50,7 @@ while True:
         # Keep the head up so late workers can still join; `kit up` reports the timeout.
         print(f"kit: still waiting for {nodes} nodes / {expected:g} {resource} (join deadline passed)", flush=True)
         deadline = 0
-    time.sleep(2)
+    time.sleep(0.5)
 ray.shutdown()
 KIT_PY
 wait "${ray_pid}"
