@@ -61,11 +61,32 @@ def demo_settings(
     return {k: (v, "kit demo") for k, v in values.items()}
 
 
+def find_links() -> list[str]:
+    """pip's find-links folders: $PIP_FIND_LINKS and pip's own configuration files."""
+    import subprocess
+    import sys
+
+    folders = os.environ.get("PIP_FIND_LINKS", "").split()
+    try:
+        listing = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=30
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        listing = ""
+    for line in listing.splitlines():
+        key, _, value = line.partition("=")
+        if key.endswith("find-links"):
+            folders += value.strip().strip("'\"").split()
+    return folders
+
+
 def torch_wheelhouse(tmp: Path) -> Path | None:
     """A folder holding only the +cpu torch wheel, when pip's find-links has one (air-gapped sites
     and this project's machines); else None and the build uses PyTorch's CPU index."""
-    for folder in os.environ.get("PIP_FIND_LINKS", "").split():
-        for wheel in sorted(Path(folder).glob("torch-2.13.0+cpu-*.whl")) if Path(folder).is_dir() else []:
+    for folder in find_links():
+        if not Path(folder).is_dir():
+            continue
+        for wheel in sorted(Path(folder).glob("torch-2.13.0+cpu-*.whl")):
             (tmp / wheel.name).symlink_to(wheel)
             return tmp
     return None

@@ -1,0 +1,36 @@
+"""`kit demo`, the README's main job, end to end: two container nodes, vLLM CPU engine, TP=2
+across them, a real answer, and nothing left behind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+Cli = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def test_demo_answers_and_cleans_up(kit_cli: Cli, docker_client: Any, cluster_name: str) -> None:
+    result = kit_cli("demo", "--json", "--cluster", cluster_name, "--max-tokens", "9", timeout=1800)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)["result"]
+    query = doc["query"]
+    assert query["models"] == ["tiny"]
+    assert query["completion_tokens"] == 9 and query["finish_reason"] == "length" and query["answer"]
+    assert [c["role"] for c in doc["status"]["containers"]] == ["head", "worker"]
+    assert all(c["state"] == "running" for c in doc["status"]["containers"])
+    assert len({c["node_ip"] for c in doc["status"]["containers"]}) == 2
+    assert doc["kept"] is False
+    label = {"label": f"kit.cluster={cluster_name}"}
+    assert docker_client.containers.list(all=True, filters=label) == []
+    assert docker_client.networks.list(filters=label) == []
+    for step in (
+        "[1/5]",
+        "[2/5] kit up --worker",
+        "[2/5] kit up --head",
+        "[3/5] kit serve",
+        "[4/5] kit status",
+        "[5/5] kit down",
+    ):
+        assert step in result.stderr
