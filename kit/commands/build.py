@@ -173,7 +173,7 @@ def write_build_context(plan: ContextPlan, dest: Path) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
             if rel.startswith("wheels/"):
-                os.link(src, target)
+                os.link(os.path.realpath(src), target)  # the file itself: a symlink would dangle in the image
                 continue
         except OSError:
             pass  # another filesystem: copy instead

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import secrets
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -87,7 +88,10 @@ def torch_wheelhouse(tmp: Path) -> Path | None:
         if not Path(folder).is_dir():
             continue
         for wheel in sorted(Path(folder).glob("torch-2.13.0+cpu-*.whl")):
-            (tmp / wheel.name).symlink_to(wheel)
+            try:
+                os.link(wheel, tmp / wheel.name)  # no copy of ~200 MB when on one filesystem
+            except OSError:
+                shutil.copy2(wheel, tmp / wheel.name)
             return tmp
     return None
 
