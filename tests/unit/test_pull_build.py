@@ -494,3 +494,20 @@ def test_help_mentions_credentials_and_exit_codes(capsys: pytest.CaptureFixture[
     code, out, _ = run(["pull", "--help"], capsys)
     assert code == 0
     assert "~/.docker/config.json" in out and "credential helpers" in out
+
+
+def test_build_context_holds_real_wheel_files_not_symlinks(tmp_path: Path) -> None:
+    """A symlinked wheel must arrive in the context as the file: Docker would ship the dangling link."""
+    real = tmp_path / "store" / "pkg-1.0-py3-none-any.whl"
+    real.parent.mkdir()
+    real.write_bytes(b"wheel bytes")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / real.name).symlink_to(real)
+    plan = plan_build_context(
+        "cpu", resources.container_dir("cpu"), probe_files=resources.probe_files(), wheels_dir=wheels
+    )
+    dest = tmp_path / "ctx"
+    build_cmd.write_build_context(plan, dest)
+    copied = dest / "wheels" / real.name
+    assert copied.is_file() and not copied.is_symlink() and copied.read_bytes() == b"wheel bytes"
