@@ -77,6 +77,11 @@ def resolve(config_path: str | None, overrides: Mapping[str, tuple[Any, str]]) -
     return auto_parallel(_absolutize(resolved))
 
 
+def resolve_cluster(config_path: str | None, cluster: str | None, set_values: tuple[str, ...]) -> Resolved:
+    """The resolved config of a verb whose only config flags are the common ones."""
+    return resolve(config_path, overrides_from({"cluster": cluster}, {"cluster": "cluster"}, set_values))
+
+
 def auto_parallel(resolved: Resolved) -> Resolved:
     """model.tp/pp `auto` taken from kit plan when the model's config.json is on this host:
     TP splits the attention/KV heads within a node, PP covers the rest; with model.gpu_memory

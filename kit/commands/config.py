@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from kit.commands._common import config_options, json_option, overrides_from, resolve
+from kit.commands._common import config_options, json_option, resolve_cluster
 from kit.config import SCHEMA, redacted_value
 from kit.output import emit, table
 
@@ -24,7 +24,7 @@ def show(config_path: str | None, cluster: str | None, set_values: tuple[str, ..
 
     Secrets are never shown: kit only knows the paths of the files that hold them.
     """
-    resolved = resolve(config_path, overrides_from({"cluster": cluster}, {"cluster": "cluster"}, set_values))
+    resolved = resolve_cluster(config_path, cluster, set_values)
     rows = [(key, redacted_value(key, value), source) for key, value, source in resolved.show()]
     result: dict[str, Any] = {
         "path": resolved.path,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from kit.commands._common import config_options, json_option, overrides_from, resolve
+from kit.commands._common import config_options, json_option, resolve_cluster
 from kit.output import emit
 from kit.runtime import get_runtime
 
@@ -30,7 +30,7 @@ def command(
         done = slurm_ctl.cancel(slurm_job, on_progress=lambda line: progress(line, as_json=as_json))
         emit("down", {"slurm": done}, as_json=as_json, text=lambda: slurm_ctl.render_cancel(done))
         return
-    resolved = resolve(config_path, overrides_from({"cluster": cluster}, {"cluster": "cluster"}, set_values))
+    resolved = resolve_cluster(config_path, cluster, set_values)
     name = resolved.config.cluster
     removed = get_runtime(resolved.config).remove_cluster(name)
     emit(

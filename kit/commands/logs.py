@@ -6,7 +6,7 @@ import time
 
 import click
 
-from kit.commands._common import config_options, overrides_from, resolve
+from kit.commands._common import config_options, resolve_cluster
 from kit.errors import StartError
 from kit.plan.scripts import SERVE_LOG
 from kit.runtime import get_runtime
@@ -31,7 +31,7 @@ def command(
     set_values: tuple[str, ...],
 ) -> None:
     """Show a node's logs (the Ray/entrypoint output), or with --serve the vLLM server's log."""
-    resolved = resolve(config_path, overrides_from({"cluster": cluster}, {"cluster": "cluster"}, set_values))
+    resolved = resolve_cluster(config_path, cluster, set_values)
     runtime = get_runtime(resolved.config)
     nodes = [
         n for n in runtime.find_nodes(resolved.config.cluster) if n.role == role and (rank is None or n.rank == rank)

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from kit import client
-from kit.commands._common import config_options, json_option, overrides_from, resolve
+from kit.commands._common import config_options, json_option, resolve_cluster
 from kit.config import KitConfig
 from kit.output import emit
 
@@ -74,7 +74,7 @@ def command(
       kit query --url http://127.0.0.1:8000 --api-key-file ~/.kit/api_key
       kit query --tunnel-hint --login-host login.cluster.example
     """
-    resolved = resolve(config_path, overrides_from({"cluster": cluster}, {"cluster": "cluster"}, set_values))
+    resolved = resolve_cluster(config_path, cluster, set_values)
     config = resolved.config
     base = (url or default_url(config)).rstrip("/")
     if tunnel_hint:

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from kit.commands._common import config_options, json_option, overrides_from, resolve
+from kit.commands._common import config_options, json_option, resolve_cluster
 from kit.config import KitConfig
 from kit.errors import StartError
 from kit.output import emit, table
@@ -111,7 +111,7 @@ def command(
         job = slurm_ctl.status(slurm_job)
         emit("status", {"slurm": job}, as_json=as_json, text=lambda: slurm_ctl.render_status(job))
         return
-    resolved = resolve(config_path, overrides_from({"cluster": cluster}, {"cluster": "cluster"}, set_values))
+    resolved = resolve_cluster(config_path, cluster, set_values)
     config = resolved.config
     result = collect(config, get_runtime(config), ray=not no_ray)
     emit("status", result, as_json=as_json, text=lambda: render(result))

@@ -7,6 +7,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+from tests.conftest import PRODUCT_VERBS
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -33,21 +35,7 @@ def test_wheel_installs_and_carries_its_package_data(tmp_path: Path) -> None:
     out = subprocess.run(
         [str(venv / "bin" / "kit"), "--help"], capture_output=True, text=True, check=True, cwd=tmp_path
     ).stdout
-    for verb in (
-        "pull",
-        "build",
-        "up",
-        "serve",
-        "status",
-        "logs",
-        "query",
-        "verify",
-        "diagnose",
-        "down",
-        "slurm",
-        "plan",
-        "demo",
-    ):
+    for verb in PRODUCT_VERBS:
         assert f"\n  {verb} " in out
     dry = subprocess.run(
         [str(venv / "bin" / "kit"), "build", "cpu", "--dry-run", "--json"], capture_output=True, text=True, cwd=tmp_path

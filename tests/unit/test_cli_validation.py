@@ -9,6 +9,7 @@ import pytest
 
 from kit.cli import main
 from kit.errors import ExitCode
+from tests.conftest import PRODUCT_VERBS
 
 
 def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -129,21 +130,7 @@ def test_dry_run_with_no_config_is_a_complete_docker_command(capsys: pytest.Capt
 def test_help_lists_every_verb_and_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = run(["--help"], capsys)
     assert rc == 0
-    for verb in (
-        "pull",
-        "build",
-        "up",
-        "serve",
-        "status",
-        "logs",
-        "query",
-        "verify",
-        "diagnose",
-        "down",
-        "slurm",
-        "plan",
-        "demo",
-    ):
+    for verb in PRODUCT_VERBS:
         assert f"\n  {verb} " in out
     assert "130  interrupted" in out
 
