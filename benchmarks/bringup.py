@@ -204,6 +204,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--image", default=os.environ.get("KIT_TEST_IMAGE", "kit/vllm-cpu:test"))
+    parser.add_argument("--subnet-prefix", default="10.214", help="networks are PREFIX.X.0/24 and PREFIX.X+1.0/24")
     parser.add_argument("--python", default=sys.executable, help="the interpreter with kit installed")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", type=Path, help="also write the JSON result to this file")
@@ -211,7 +212,7 @@ def main() -> int:
 
     run_id = f"{random.randrange(16**6):06x}"
     third = random.randrange(2, 250)
-    kit_subnet, base_subnet = f"10.214.{third}.0/24", f"10.214.{third + 1}.0/24"
+    kit_subnet, base_subnet = f"{args.subnet_prefix}.{third}.0/24", f"{args.subnet_prefix}.{third + 1}.0/24"
     load_before = os.getloadavg()
     kit_runs: list[dict[str, Any]] = []
     base_runs: list[dict[str, Any]] = []
@@ -285,7 +286,7 @@ def main() -> int:
         print(f"{i + 1:>5}  " + "  ".join(f"{c:>10}" for c in shown))
     for key, what in (
         ("ray_started_to_joined_s", "head ray started -> worker ray started"),
-        ("barrier_to_mark_s", "head barrier first poll -> KIT_READY (2 s barrier interval)"),
+        ("barrier_to_mark_s", "head barrier first poll -> KIT_READY (worker join + 0.5 s polls)"),
         ("mark_to_return_s", "head KIT_READY -> `kit up --head` returned (log poll + exit)"),
     ):
         vals = [r[key] for r in kit_runs if r[key] is not None]
