@@ -355,12 +355,27 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
             continue
         key = ENV_TO_KEY.get(name)
         if key is None:
-            guess = _suggest(name, list(ENV_TO_KEY))
-            if guess:  # only complain about likely typos; other KIT_* variables may be someone else's
+            # Other KIT_* variables belong to kit's scripts and tests (KIT_STATE_DIR, KIT_REQUIRE_DOCKER,
+            # ...): only a name one typo away from a config key is an error.
+            guess = next((known for known in ENV_TO_KEY if _one_typo_apart(name, known)), None)
+            if guess:
                 raise ConfigError("unknown variable", source=f"env {name}", hint=f"did you mean {guess}?")
             continue
         out[key] = (parse_scalar(key, raw), f"env {name}")
     return out
+
+
+def _one_typo_apart(a: str, b: str) -> bool:
+    """One inserted, deleted, replaced or swapped character."""
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y]
+        return len(diff) == 1 or (
+            len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]]
+        )
+    short, long_ = sorted((a, b), key=len)
+    return any(long_[:i] + long_[i + 1 :] == short for i in range(len(long_)))
 
 
 def parse_scalar(key: str, raw: str) -> Any:

@@ -110,3 +110,23 @@ def test_missing_config_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as exc:
         load_config(str(tmp_path / "nope.yaml"), environ={})
     assert "cannot read config file" in exc.value.message
+
+
+def test_kits_own_script_variables_are_not_config_typos(tmp_path: Path) -> None:
+    env = {
+        name: "1"
+        for name in (
+            "KIT_REQUIRE_SLURM",
+            "KIT_REQUIRE_DOCKER",
+            "KIT_SLURM_TIMEOUT",
+            "KIT_SLURM_DIR",
+            "KIT_BASE_IMAGE",
+            "KIT_DOCKERD_TIMEOUT",
+            "KIT_TEST_IMAGE",
+            "KIT_HEAD_IP",
+        )
+    }
+    assert load_config(environ=env, cwd=tmp_path).config.nodes == 1
+    for typo in ("KIT_NODSE", "KIT_NODE", "KIT_MODEL_IDD"):
+        with pytest.raises(ConfigError):
+            load_config(environ={typo: "2"}, cwd=tmp_path)
