@@ -92,13 +92,11 @@ def auto_parallel(resolved: Resolved) -> Resolved:
         return resolved
     from kit import sizing
 
-    model_dir = sizing.find_model_dir(cfg.model.id, str(Path(cfg.hf_cache) / "hub"))
-    if model_dir is None:
+    found = model_dir(cfg)
+    if found is None:
         return resolved
     try:
-        arch = sizing.parse_architecture(
-            sizing.load_model_config(str(model_dir)), source=str(model_dir / "config.json")
-        )
+        arch = sizing.parse_architecture(sizing.load_model_config(str(found)), source=str(found / "config.json"))
     except ConfigError:
         return resolved  # not a config kit plan understands: the head-count check still applies
     total = cfg.nodes * cfg.gpus_per_node
@@ -171,24 +169,26 @@ def gather_host_facts(config: KitConfig) -> HostFacts:
     )
 
 
+def model_dir(config: KitConfig) -> Path | None:
+    """The model's local directory (a path, or its snapshot in the mounted HF cache), if any."""
+    from kit import sizing
+
+    return sizing.find_model_dir(config.model.id, str(Path(config.hf_cache) / "hub"))
+
+
 def model_heads(config: KitConfig) -> tuple[int | None, int | None]:
     """Attention and KV head counts when the model's config.json is on this host, else (None, None)."""
-    candidates = [Path(config.model.id)]
-    hub = Path(config.hf_cache) / "hub" / ("models--" + config.model.id.replace("/", "--")) / "snapshots"
-    if hub.is_dir():
-        candidates += sorted(hub.iterdir())
-    for base in candidates:
-        cfg_file = base / "config.json"
-        if cfg_file.is_file():
-            try:
-                data = json.loads(cfg_file.read_text())
-            except (OSError, ValueError):
-                return None, None
-            text = data.get("text_config", data)
-            heads = text.get("num_attention_heads")
-            kv = text.get("num_key_value_heads", heads)
-            return (heads if isinstance(heads, int) else None, kv if isinstance(kv, int) else None)
-    return None, None
+    found = model_dir(config)
+    if found is None:
+        return None, None
+    try:
+        data = json.loads((found / "config.json").read_text())
+    except (OSError, ValueError):
+        return None, None
+    text = data.get("text_config", data)
+    heads = text.get("num_attention_heads")
+    kv = text.get("num_key_value_heads", heads)
+    return (heads if isinstance(heads, int) else None, kv if isinstance(kv, int) else None)
 
 
 def role_from_flags(head: bool, worker: bool, node_rank: int | None) -> Role:
