@@ -74,7 +74,7 @@ def overrides_from(
 
 def resolve(config_path: str | None, overrides: Mapping[str, tuple[Any, str]]) -> Resolved:
     resolved = load_config(config_path, overrides=overrides)
-    return auto_parallel(_absolutize(resolved))
+    return auto_parallel(absolutize(resolved))
 
 
 def resolve_cluster(config_path: str | None, cluster: str | None, set_values: tuple[str, ...]) -> Resolved:
@@ -123,7 +123,7 @@ def auto_parallel(resolved: Resolved) -> Resolved:
     return Resolved(config=cfg.replace(model=model), values=values, sources=sources, path=resolved.path)
 
 
-def _absolutize(resolved: Resolved) -> Resolved:
+def absolutize(resolved: Resolved) -> Resolved:
     """Host paths are expanded (~, relative) once, here, so plans carry absolute paths."""
     cfg = resolved.config
 

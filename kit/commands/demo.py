@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from kit import client, resources
-from kit.commands._common import _absolutize, json_option
+from kit.commands._common import absolutize, json_option
 from kit.commands.serve import serve_cluster
 from kit.commands.status import collect, render
 from kit.commands.up import plan_up, start_node
@@ -240,7 +240,7 @@ def command(
     overrides = demo_settings(
         cluster=cluster, image=image, hf_cache=hf_cache, api_key_file=key_file, subnet=subnet, gpus=gpus
     )
-    resolved = _absolutize(load_config(environ={}, cwd=Path("/nonexistent"), overrides=overrides))
+    resolved = absolutize(load_config(environ={}, cwd=Path("/nonexistent"), overrides=overrides))
     config = resolved.config
     rt.remove_cluster(config.cluster)  # a clean slate: leftovers of an earlier demo go
     result: dict[str, Any] = {

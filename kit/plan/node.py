@@ -8,14 +8,8 @@ from dataclasses import dataclass, field
 from kit import __version__
 from kit.config import KitConfig
 from kit.plan.facts import NodeNet, Role
+from kit.plan.paths import API_KEY_PATH, HF_HOME, HF_TOKEN_PATH, VLLM_CONFIG_ROOT
 from kit.plan.scripts import node_script
-
-HF_HOME = "/root/.cache/huggingface"
-SECRETS_DIR = "/run/kit/secrets"
-HF_TOKEN_PATH = f"{SECRETS_DIR}/hf_token"
-API_KEY_PATH = f"{SECRETS_DIR}/api_key"
-VLLM_CONFIG_ROOT = "/tmp/kit/vllm-config"
-LABEL_PREFIX = "kit."
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from kit import __version__
 from kit.config import KitConfig
 from kit.plan.facts import Role
+from kit.plan.paths import API_KEY_PATH
 from kit.plan.ray import ray_head_args, ray_resource, ray_worker_args
 from kit.plan.vllm import vllm_serve_argv
 from kit.render import render
@@ -57,8 +58,6 @@ def node_script(config: KitConfig, role: Role) -> str:
 
 def serve_script(config: KitConfig, role: Role) -> str:
     """`vllm serve` for this role; the API key is read from its file into VLLM_API_KEY (never argv)."""
-    from kit.plan.node import API_KEY_PATH
-
     if config.backend == "ray" and not role.is_head:
         raise ValueError("with the Ray backend only the head runs `vllm serve`")
     return render(

@@ -1,0 +1,7 @@
+"""Fixed paths inside every node container (the same for Docker, Apptainer and SLURM)."""
+
+HF_HOME = "/root/.cache/huggingface"
+SECRETS_DIR = "/run/kit/secrets"
+HF_TOKEN_PATH = f"{SECRETS_DIR}/hf_token"
+API_KEY_PATH = f"{SECRETS_DIR}/api_key"
+VLLM_CONFIG_ROOT = "/tmp/kit/vllm-config"
