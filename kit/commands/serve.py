@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from kit.commands._common import config_options, json_option, overrides_from, resolve
+from kit.commands._common import check_plan, config_options, json_option, overrides_from, resolve
 from kit.config import KitConfig
 from kit.errors import ConfigError, StartError
 from kit.output import emit, progress
@@ -151,6 +151,7 @@ def command(config_path: str | None, set_values: tuple[str, ...], replace: bool,
     """
     resolved = resolve(config_path, overrides_from(flags, FLAG_KEYS, set_values))
     config = resolved.config
+    check_plan(resolved)
     result = serve_cluster(
         config, get_runtime(config), replace=replace, on_progress=lambda line: progress(line, as_json=as_json)
     )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from typing import Any
 
 import click
@@ -48,6 +49,41 @@ for n in nodes:
                 "cpus": res.get("CPU", 0), "gpus": res.get("GPU", 0), "vllm_host_ip": ips.get(n["NodeID"])})
 print("KIT_JSON " + json.dumps(out))
 """
+
+
+# vLLM names each data-parallel engine process `VLLM::EngineCore_DP<rank>` (its process title,
+# seen in /proc/PID/cmdline): listing them inside a node container shows which of its DP ranks live.
+ENGINE_SCAN = "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n' | grep -o 'EngineCore_DP[0-9]*' || true"
+_ENGINE_RE = re.compile(r"EngineCore_DP(\d+)")
+
+
+def alive_dp_ranks(runtime: Runtime, node: NodeHandle) -> list[int]:
+    """The DP ranks whose engine process runs in this node's container."""
+    out = runtime.exec(node, ["bash", "-c", ENGINE_SCAN], timeout=15).stdout
+    return sorted({int(m) for m in _ENGINE_RE.findall(out)})
+
+
+def dp_view(config: KitConfig, runtime: Runtime, nodes: list[NodeHandle]) -> list[dict[str, Any]]:
+    """Per local node: the DP ranks the plan puts there (mp: node rank × DP ranks per node …) and
+    which of them have a live engine. With the Ray DP backend Ray places the ranks: none expected."""
+    rows = []
+    for node in sorted(nodes, key=lambda n: n.rank):
+        if config.backend == "mp":
+            first = node.rank * config.dp_local
+            expected = list(range(first, first + config.dp_local))
+        else:
+            expected = []
+        alive = alive_dp_ranks(runtime, node) if node.state == "running" else []
+        rows.append(
+            {
+                "container": node.name,
+                "node_rank": node.rank,
+                "expected": expected,
+                "alive": alive,
+                "missing": [r for r in expected if r not in alive],
+            }
+        )
+    return rows
 
 
 def ray_view(runtime: Runtime, head: NodeHandle, gcs_port: int, timeout: float = 4) -> list[dict[str, Any]]:
@@ -134,6 +170,13 @@ def collect(config: KitConfig, runtime: Runtime, *, ray: bool = True) -> dict[st
         for n in nodes
     ]
     result: dict[str, Any] = {"cluster": config.cluster, "containers": containers, "ray": None}
+    if config.dp > 1:
+        result["dp"] = {
+            "size": config.dp,
+            "per_node": config.dp_local,
+            "backend": config.backend,
+            "nodes": dp_view(config, runtime, nodes),
+        }
     head = next((n for n in nodes if n.role == "head" and n.state == "running"), None)
     if ray and head is not None and config.backend == "ray":
         try:
@@ -190,9 +233,37 @@ def render(result: dict[str, Any]) -> str:
                 ],
             )
         )
+    if result.get("dp"):
+        dp = result["dp"]
+        rows = dp["nodes"]
+        n_alive = sum(len(n["alive"]) for n in rows)
+        out.append("")
+        out.append(
+            f"data parallel: {dp['size']} rank(s), {dp['per_node']} per node ({dp['backend']}); "
+            f"{n_alive} alive on this host"
+        )
+        out.append(
+            table(
+                ["container", "node rank", "DP ranks", "alive", "missing"],
+                [
+                    (
+                        n["container"],
+                        n["node_rank"],
+                        _ranks(n["expected"]) if n["expected"] else "(Ray places them)",
+                        _ranks(n["alive"]),
+                        _ranks(n["missing"]) if n["missing"] else "-",
+                    )
+                    for n in rows
+                ],
+            )
+        )
     if result.get("ray_error"):
         out.append(f"Ray: {result['ray_error']}")
     return "\n".join(out)
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ",".join(str(r) for r in ranks) if ranks else "none"
 
 
 def _short_digest(digest: str | None) -> str:
