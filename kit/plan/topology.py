@@ -67,7 +67,9 @@ def check_topology(
             raise ConfigError(f"must be at least 1, got {value}", key=key, source=_src(sources, key))
     for key, value in (("model.tp", config.tp), ("model.pp", config.pp), ("model.dp", config.dp)):
         if value < 1:
-            raise ConfigError(f"must be at least 1, got {value}", key=key, source=_src(sources, key))
+            raise ConfigError(
+                f"must be at least 1, got {value}", key=key, source=_src(sources, key), hint="use 1 or more, or auto"
+            )
     total = config.nodes * config.gpus_per_node
     if config.dp > 1 or config.model.ep:
         check_data_parallel(config, sources, experts=experts)
@@ -137,6 +139,16 @@ def check_data_parallel(config: KitConfig, sources: Mapping[str, str], *, expert
             source=_src(sources, "model.dp"),
             hint=f"make model.tp × model.pp × model.dp equal {total} (DP+EP: tp=1, pp=1, dp={total}; "
             "or dp: auto), or change nodes/gpus_per_node",
+        )
+    if dp > 1 and dp % config.nodes and tp * pp > config.gpus_per_node:
+        raise ConfigError(
+            f"a DP replica of TP×PP = {tp}×{pp} = {tp * pp} {unit} does not fit in one node's "
+            f"{config.gpus_per_node}: vLLM lets a replica span nodes only with --nnodes, which "
+            "requires --data-parallel-backend mp (vllm/engine/arg_utils.py), and kit keeps each replica in a node",
+            key="model.pp" if pp > 1 else "model.tp",
+            source=_src(sources, "model.pp" if pp > 1 else "model.tp"),
+            hint=f"make tp × pp ≤ gpus_per_node ({config.gpus_per_node}) and raise dp, "
+            "or use dp: 1 with TP×PP across the nodes",
         )
     if dp > 1 and dp % config.nodes:
         raise ConfigError(
