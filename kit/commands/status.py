@@ -52,15 +52,23 @@ print("KIT_JSON " + json.dumps(out))
 
 
 # vLLM names each data-parallel engine process `VLLM::EngineCore_DP<rank>` (its process title,
-# seen in /proc/PID/cmdline): listing them inside a node container shows which of its DP ranks live.
-ENGINE_SCAN = "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n' | grep -o 'EngineCore_DP[0-9]*' || true"
-_ENGINE_RE = re.compile(r"EngineCore_DP(\d+)")
+# vllm/v1/engine/core.py, seen in /proc/PID/cmdline): listing them inside a node container shows
+# which of its DP ranks live. With the Ray DP backend the engines are Ray actors titled
+# `ray::DPMoEEngineCoreActor...` / `ray::EngineCoreActor...` (no rank in the title): counted.
+ENGINE_SCAN = (
+    "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n' "
+    "| grep -oE '^(VLLM::EngineCore_DP[0-9]+|ray::(DPMoE)?EngineCoreActor)' || true"
+)
+_ENGINE_RE = re.compile(r"^VLLM::EngineCore_DP(\d+)$", re.MULTILINE)
+_RAY_ENGINE_RE = re.compile(r"^ray::(?:DPMoE)?EngineCoreActor$", re.MULTILINE)
 
 
-def alive_dp_ranks(runtime: Runtime, node: NodeHandle) -> list[int]:
-    """The DP ranks whose engine process runs in this node's container."""
+def alive_dp_ranks(runtime: Runtime, node: NodeHandle) -> tuple[list[int], int]:
+    """The DP ranks whose engine process runs in this node's container, and the number of
+    engine processes found (Ray engine actors carry no rank)."""
     out = runtime.exec(node, ["bash", "-c", ENGINE_SCAN], timeout=15).stdout
-    return sorted({int(m) for m in _ENGINE_RE.findall(out)})
+    ranks = sorted({int(m) for m in _ENGINE_RE.findall(out)})
+    return ranks, len(ranks) + len(_RAY_ENGINE_RE.findall(out))
 
 
 def dp_view(config: KitConfig, runtime: Runtime, nodes: list[NodeHandle]) -> list[dict[str, Any]]:
@@ -73,13 +81,14 @@ def dp_view(config: KitConfig, runtime: Runtime, nodes: list[NodeHandle]) -> lis
             expected = list(range(first, first + config.dp_local))
         else:
             expected = []
-        alive = alive_dp_ranks(runtime, node) if node.state == "running" else []
+        alive, engines = alive_dp_ranks(runtime, node) if node.state == "running" else ([], 0)
         rows.append(
             {
                 "container": node.name,
                 "node_rank": node.rank,
                 "expected": expected,
                 "alive": alive,
+                "engines": engines,
                 "missing": [r for r in expected if r not in alive],
             }
         )
@@ -236,7 +245,7 @@ def render(result: dict[str, Any]) -> str:
     if result.get("dp"):
         dp = result["dp"]
         rows = dp["nodes"]
-        n_alive = sum(len(n["alive"]) for n in rows)
+        n_alive = sum(n["engines"] for n in rows)
         out.append("")
         out.append(
             f"data parallel: {dp['size']} rank(s), {dp['per_node']} per node ({dp['backend']}); "
@@ -250,7 +259,7 @@ def render(result: dict[str, Any]) -> str:
                         n["container"],
                         n["node_rank"],
                         _ranks(n["expected"]) if n["expected"] else "(Ray places them)",
-                        _ranks(n["alive"]),
+                        _ranks(n["alive"]) if n["expected"] else f"{n['engines']} engine(s)",
                         _ranks(n["missing"]) if n["missing"] else "-",
                     )
                     for n in rows

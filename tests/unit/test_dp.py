@@ -13,12 +13,14 @@ import pytest
 
 from kit.cli import main
 from kit.commands._common import resolve
+from kit.commands.status import ENGINE_SCAN, collect, render
 from kit.config import load_config
 from kit.errors import ExitCode
 from kit.plan.facts import HEAD, Role
 from kit.plan.scripts import serve_script
 from kit.plan.slurm import container_scripts, plan_launcher
 from kit.plan.vllm import vllm_serve_argv
+from kit.runtime.base import ExecResult, NodeHandle
 from tests.conftest import shellcheck_bin
 from tests.unit.test_plan import make_config
 
@@ -234,3 +236,62 @@ def test_dp_scripts_and_launchers_golden_and_shellcheck(
     shellcheck(tmp_path, worker_entry)
     assert f"--data-parallel-size {nodes * 8}" in launcher
     assert ("--enable-expert-parallel" in launcher) == ep
+
+
+# ---- kit status: DP ranks per node -----------------------------------------------------------
+
+
+class ScanRuntime:
+    """Answers the engine scan with what /proc/*/cmdline gives on each node (real titles)."""
+
+    def __init__(self, outputs: dict[str, str]) -> None:
+        self.outputs = outputs
+
+    def find_nodes(self, cluster: str) -> list[NodeHandle]:
+        return [
+            NodeHandle(f"kit-{cluster}-head", cluster, "head", 0, "running", "10.0.0.1"),
+            NodeHandle(f"kit-{cluster}-worker-1", cluster, "worker", 1, "running", "10.0.0.2"),
+        ]
+
+    def exec(self, node: NodeHandle, argv: list[str], **_: object) -> ExecResult:
+        assert argv[:2] == ["bash", "-c"] and argv[2] == ENGINE_SCAN
+        # What the scan's grep keeps of the real cmdlines (trailing padding trimmed by -o).
+        return ExecResult(0, self.outputs[node.name], "")
+
+
+def test_status_shows_dp_ranks_per_node_and_the_missing_ones() -> None:
+    cfg = dp_config(2, "mp", True, cluster="ds")
+    runtime = ScanRuntime(
+        {
+            "kit-ds-head": "".join(f"VLLM::EngineCore_DP{r}\n" for r in range(8)),
+            "kit-ds-worker-1": "".join(f"VLLM::EngineCore_DP{r}\n" for r in (8, 9, 10, 12, 13, 14, 15)),
+        }
+    )
+    result = collect(cfg, runtime, ray=False)  # type: ignore[arg-type]
+    head, worker = result["dp"]["nodes"]
+    assert head["expected"] == head["alive"] == list(range(8)) and head["missing"] == []
+    assert worker["expected"] == list(range(8, 16)) and worker["missing"] == [11]
+    text = render(result)
+    assert "data parallel: 16 rank(s), 8 per node (mp); 15 alive on this host" in text
+    assert "8,9,10,12,13,14,15" in text and "11" in text.splitlines()[-1]
+
+
+def test_status_counts_ray_engine_actors() -> None:
+    cfg = dp_config(2, "ray", False, cluster="ds")
+    runtime = ScanRuntime({"kit-ds-head": "ray::DPMoEEngineCoreActor\n" * 8, "kit-ds-worker-1": ""})
+    result = collect(cfg, runtime, ray=False)  # type: ignore[arg-type]
+    assert [n["engines"] for n in result["dp"]["nodes"]] == [8, 0]
+    assert "(Ray places them)" in render(result) and "8 engine(s)" in render(result)
+
+
+def test_engine_scan_finds_real_process_titles(tmp_path: Path) -> None:
+    # The scan's own grep, fed real cmdline text on stdin instead of /proc (setproctitle pads the
+    # title with spaces; the scanning bash's own argv mentions the pattern but must not match).
+    real = "VLLM::EngineCore_DP1" + " " * 40 + "\nbash\n-c\ncat /proc/[0-9]*/cmdline | grep VLLM::EngineCore_DP9\n"
+    out = subprocess.run(
+        ["bash", "-c", ENGINE_SCAN.replace("cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n'", "cat")],
+        input=real,
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert out.split() == ["VLLM::EngineCore_DP1"]
