@@ -1,7 +1,9 @@
 """Real data parallelism without GPUs (issue 10): two container "nodes", vLLM's CPU build,
 DP=2 with one rank per node (TP=1), the head's API answering, and both DP ranks doing work
 (vLLM's per-engine metrics and each node's engine log); `kit status` sees each node's rank, and
-a dead rank. EP is refused before anything starts for the tiny model, which has no experts."""
+a dead rank. EP: refused before anything starts for the dense tiny model (no experts); with a
+tiny MoE, DP=2 + EP reaches vLLM on both nodes and the server gets healthy, but vLLM's CPU
+build refuses the EP dispatch at the first request (its exact NotImplementedError is asserted)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import sys
 import time
 import zlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -160,3 +163,43 @@ def test_ep_on_a_model_without_experts_is_refused_before_start(dp_cluster: dict[
     assert result.returncode == 3, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "model.ep" in lines[0] and "has no experts" in lines[0], lines
+
+
+def test_ep_on_cpu_serves_then_vllm_refuses_the_expert_all_gather(
+    dp_cluster: dict[str, Any], docker_client: Any
+) -> None:
+    """DP=2 + EP with a tiny MoE (4 experts, 2 per rank): kit's plan reaches vLLM on both nodes
+    (each rank holds its half of the experts) and the server becomes healthy, but vLLM's CPU build
+    cannot run the EP dispatch: its CPU communicator has no `all_gatherv`, so the first request
+    fails with vLLM's own NotImplementedError (vllm 0.32.0,
+    device_communicators/base_device_communicator.py). This test pins that refusal; EP on GPUs is
+    covered by the goldens (tests/unit/test_dp.py)."""
+    kit = dp_cluster["kit"]
+    head = docker_client.containers.get(f"kit-{dp_cluster['name']}-head")
+    hub = head.exec_run(["printenv", "HF_HOME"]).output.decode().strip() + "/hub"
+    script = (Path(__file__).parent / "make_tiny_moe.py").read_text()
+    made = head.exec_run(["python3", "-c", script, hub])
+    assert made.exit_code == 0, made.output.decode()[-2000:]
+
+    moe = {"KIT_MODEL_ID": "kit/tiny-moe", "KIT_MODEL_EP": "true"}
+    serve = kit("serve", "--replace", "--json", env=moe)
+    assert serve.returncode == 0, serve.stderr
+    worker = docker_client.containers.get(f"kit-{dp_cluster['name']}-worker-1")
+    for node, rank in ((head, 0), (worker, 1)):
+        log = node.exec_run(["cat", "/tmp/kit/serve.log"]).output.decode()
+        assert f"[EP Rank {rank}/2] Expert parallelism is enabled" in log
+        assert "Local/global number of experts: 2/4" in log
+
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 8}
+    response = requests.post(f"{dp_cluster['url']}/v1/chat/completions", json=body, timeout=300)
+    assert response.status_code == 500, response.text
+    assert "EngineCore encountered an issue" in response.text
+    deadline = time.monotonic() + 60
+    while True:
+        log = head.exec_run(["cat", "/tmp/kit/serve.log"]).output.decode()
+        if "NotImplementedError" in log or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    # vLLM's exact refusal, from the head's engine (rank 0) log.
+    assert "in all_gatherv" in log and "base_device_communicator.py" in log, log[-3000:]
+    assert re.search(r"Worker_DP0_EP0 [^\n]*\] NotImplementedError\r?$", log, re.MULTILINE), log[-3000:]
