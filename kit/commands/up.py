@@ -69,6 +69,7 @@ def describe(config: KitConfig, spec: ContainerSpec, net: NodeNet) -> dict[str, 
         "head_address": net.head_address,
         "runtime": config.runtime,
         "backend": config.backend,
+        "parallel": {"tp": config.tp, "pp": config.pp, "dp": config.dp, "ep": config.model.ep},
         "image": spec.image,
         "container": spec.name,
         "script": spec.script,
@@ -88,6 +89,8 @@ def dry_run_text(plan: dict[str, Any]) -> str:
         f"# kit up --dry-run: {plan['role']} (rank {plan['rank']}) of cluster {plan['cluster']}, "
         f"node IP {plan['node_ip']} on {plan['interface']}, head {plan['head_address']}"
     )
+    par = plan["parallel"]
+    head += f"\n# parallel: TP={par['tp']} PP={par['pp']} DP={par['dp']}" + (" EP" if par["ep"] else "")
     lines = [head, "# entrypoint script (run as: bash -c SCRIPT):", plan["script"].rstrip("\n"), "# command:"]
     if "docker_argv" in plan:
         lines.append(shlex.join(plan["docker_argv"]))

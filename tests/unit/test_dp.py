@@ -4,6 +4,7 @@ launchers for 2 and 4 nodes × (mp, ray) × (EP on/off), all passing shellcheck.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -295,3 +296,12 @@ def test_engine_scan_finds_real_process_titles(tmp_path: Path) -> None:
         text=True,
     ).stdout
     assert out.split() == ["VLLM::EngineCore_DP1"]
+
+
+def test_up_dry_run_shows_the_resolved_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["up", "--head", "--dry-run", "--json", "--network", "dpnet", "--nodes", "2", "--gpus-per-node", "8",
+              "--tp", "2", "--pp", "1", "--dp", "auto", "--set", "model.ep=true"])  # fmt: skip
+    assert exc.value.code in (0, None)
+    doc = json.loads(capsys.readouterr().out)["result"]
+    assert doc["parallel"] == {"tp": 2, "pp": 1, "dp": 8, "ep": True}
