@@ -5,8 +5,10 @@ launchers for 2 and 4 nodes × (mp, ray) × (EP on/off), all passing shellcheck.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -305,3 +307,64 @@ def test_up_dry_run_shows_the_resolved_layout(capsys: pytest.CaptureFixture[str]
     assert exc.value.code in (0, None)
     doc = json.loads(capsys.readouterr().out)["result"]
     assert doc["parallel"] == {"tp": 2, "pp": 1, "dp": 8, "ep": True}
+
+
+# ---- the DP launcher run for real on "node 1", with fakes for SLURM, iproute2 and apptainer ----
+
+APPTAINER_RUNS_SCRIPT = f"""#!{sys.executable}
+# Fake `apptainer exec [opts] IMAGE /bin/bash -c SCRIPT NAME`: runs SCRIPT with the --env values.
+import os, subprocess, sys
+args = sys.argv[1:]
+env = dict(os.environ)
+for i, arg in enumerate(args):
+    if arg == "--env":
+        key, _, value = args[i + 1].partition("=")
+        env[key] = value
+bash = args.index("/bin/bash")
+sys.exit(subprocess.run(["bash", *args[bash + 1:]], env=env).returncode)
+"""
+VLLM_RECORDS = f"""#!{sys.executable}
+import json, os, sys
+with open(os.environ["KIT_RECORD"], "a") as f:
+    f.write(json.dumps(sys.argv[1:]) + "\\n")
+"""
+
+
+@pytest.mark.parametrize(("node_id", "start_rank"), [(0, None), (1, 8)])
+def test_dp_launcher_computes_each_nodes_start_rank_inside_the_job(
+    node_id: int, start_rank: int | None, tmp_path: Path
+) -> None:
+    from tests.unit.test_slurm import FAKES
+
+    cfg = dp_config(2, "mp", True, runtime="apptainer", image="/images/vllm.sif", hf_token_file=None,
+                    api_key_file=None, hf_cache=str(tmp_path / "hf"))  # fmt: skip
+    launcher = tmp_path / "launcher.sh"
+    launcher.write_text(plan_launcher(cfg))  # type: ignore[arg-type]
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fakes = {**FAKES, "srun": FAKES["srun"].replace("SLURM_NODEID=0", f"SLURM_NODEID={node_id}")}
+    for name, body in fakes.items():
+        (bindir / name).write_text("#!/bin/bash\n" + body)
+    (bindir / "apptainer").write_text(APPTAINER_RUNS_SCRIPT)
+    (bindir / "vllm").write_text(VLLM_RECORDS)
+    for path in bindir.iterdir():
+        path.chmod(0o755)
+    env = {
+        **os.environ,
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "KIT_RECORD": str(tmp_path / "vllm.jsonl"),
+        "SLURM_JOB_ID": "78",
+        "SLURM_JOB_NUM_NODES": "2",
+        "SLURM_JOB_NODELIST": "node[1-2]",
+        "USER": "alice",
+    }
+    result = subprocess.run(["bash", str(launcher)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    [argv] = [json.loads(line) for line in (tmp_path / "vllm.jsonl").read_text().splitlines()]
+    assert argv[:2] == ["serve", "deepseek-ai/DeepSeek-V3"]
+    assert argv[argv.index("--data-parallel-address") + 1] == "10.9.0.1"  # the head, found in the job
+    assert argv[argv.index("--data-parallel-size-local") + 1] == "8" and "--enable-expert-parallel" in argv
+    if start_rank is None:
+        assert "--headless" not in argv and "--data-parallel-start-rank" not in argv and "--port" in argv
+    else:
+        assert "--headless" in argv and argv[argv.index("--data-parallel-start-rank") + 1] == str(start_rank)
