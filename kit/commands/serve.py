@@ -142,6 +142,10 @@ def command(config_path: str | None, set_values: tuple[str, ...], replace: bool,
     Ray backend: run on the head; it serves with --distributed-executor-backend ray.
     mp backend: starts every node on this host (rank 0 on the head, --headless elsewhere);
                 on a real cluster run `kit serve` on every node.
+    model.dp > 1: each node runs its data-parallel ranks (mp: the head also the API server,
+                the others --headless from --data-parallel-start-rank); with Ray the head
+                starts every rank (--data-parallel-backend ray). model.ep adds
+                --enable-expert-parallel.
     The API key is read from api_key_file inside the container, never passed in argv.
 
     \b

@@ -149,7 +149,8 @@ def command(
 ) -> None:
     """Every kit container of the cluster on this host (role, state, image digest, uptime), and the
     Ray view: alive nodes, their IPs, CPUs/GPUs, and whether each node registered the same IP as
-    its VLLM_HOST_IP. With --slurm JOB: the job's squeue state and its KIT_* lines (URL, tunnel)."""
+    its VLLM_HOST_IP. With model.dp > 1: the DP ranks each node should run and which have a live
+    engine process. With --slurm JOB: the job's squeue state and its KIT_* lines (URL, tunnel)."""
     if slurm_job is not None:
         from kit import slurm_ctl
 
