@@ -62,10 +62,15 @@ SCHEMA: dict[str, Spec] = {
     "ports.api": Spec("int", 8000, "vLLM OpenAI API port"),
     "ports.mp_master": Spec("int", 29500, "mp backend master port (torch.distributed rendezvous)"),
     "ports.verify": Spec("int", 29512, "rendezvous port of `kit verify`'s collective probe (free while serving)"),
+    "ports.dp_rpc": Spec("int", 29550, "data-parallel RPC port on the head (--data-parallel-rpc-port; vLLM's default)"),
     "model.id": Spec("str", "Qwen/Qwen2.5-7B-Instruct", "model id on the hub, or a path inside the HF cache mount"),
     "model.served_name": Spec("str", None, "name clients use (default: the model id)", optional=True),
     "model.tp": Spec("int_auto", "auto", "tensor parallel size, or auto (kit plan; = gpus_per_node without a model)"),
     "model.pp": Spec("int_auto", "auto", "pipeline parallel size, or auto (kit plan; = nodes without a model)"),
+    "model.dp": Spec(
+        "int_auto", 1, "data parallel size (engine replicas of TP×PP GPUs each), or auto = GPUs / (tp × pp)"
+    ),
+    "model.ep": Spec("bool", False, "expert parallelism for MoE layers (--enable-expert-parallel), over TP×DP GPUs"),
     "model.max_model_len": Spec("int", None, "maximum context length", optional=True),
     "model.gpu_memory": Spec(
         "str", None, "GPU model or memory per GPU (H100-80GB, 40GiB) for tp/pp auto from `kit plan`", optional=True
@@ -116,6 +121,7 @@ class Ports:
     api: int
     mp_master: int
     verify: int
+    dp_rpc: int
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,8 @@ class Model:
     served_name: str | None
     tp: int | str
     pp: int | str
+    dp: int | str
+    ep: bool
     max_model_len: int | None
     gpu_memory: str | None
     extra_args: tuple[str, ...]
@@ -192,13 +200,36 @@ class KitConfig:
 
     @property
     def tp(self) -> int:
-        """Resolved tensor parallel size (auto = GPUs per node)."""
-        return self.gpus_per_node if self.model.tp == "auto" else int(self.model.tp)
+        """Resolved tensor parallel size (auto = GPUs per node; with a fixed DP > 1, the GPUs of one
+        replica: nodes × GPUs per node / (DP × PP))."""
+        if self.model.tp != "auto":
+            return int(self.model.tp)
+        if self._fixed_dp > 1:
+            return max(1, self.nodes * self.gpus_per_node // (self._fixed_dp * self.pp))
+        return self.gpus_per_node
 
     @property
     def pp(self) -> int:
-        """Resolved pipeline parallel size (auto = nodes)."""
-        return self.nodes if self.model.pp == "auto" else int(self.model.pp)
+        """Resolved pipeline parallel size (auto = nodes; 1 with a fixed DP > 1)."""
+        if self.model.pp != "auto":
+            return int(self.model.pp)
+        return 1 if self._fixed_dp > 1 else self.nodes
+
+    @property
+    def dp(self) -> int:
+        """Resolved data parallel size (auto = nodes × GPUs per node / (TP × PP), at least 1)."""
+        if self.model.dp == "auto":
+            return max(1, self.nodes * self.gpus_per_node // (self.tp * self.pp))
+        return int(self.model.dp)
+
+    @property
+    def dp_local(self) -> int:
+        """DP ranks on each node (vLLM's --data-parallel-size-local); topology checks make it exact."""
+        return max(1, self.dp // self.nodes)
+
+    @property
+    def _fixed_dp(self) -> int:
+        return 1 if self.model.dp == "auto" else int(self.model.dp)
 
     @property
     def served_name(self) -> str:

@@ -74,7 +74,7 @@ def overrides_from(
 
 def resolve(config_path: str | None, overrides: Mapping[str, tuple[Any, str]]) -> Resolved:
     resolved = load_config(config_path, overrides=overrides)
-    return auto_parallel(absolutize(resolved))
+    return auto_data_parallel(auto_parallel(absolutize(resolved)))
 
 
 def resolve_cluster(config_path: str | None, cluster: str | None, set_values: tuple[str, ...]) -> Resolved:
@@ -100,7 +100,12 @@ def auto_parallel(resolved: Resolved) -> Resolved:
     except ConfigError:
         return resolved  # not a config kit plan understands: the head-count check still applies
     total = cfg.nodes * cfg.gpus_per_node
-    if cfg.model.gpu_memory:
+    fixed_dp = 1 if cfg.model.dp == "auto" else int(cfg.model.dp)
+    if fixed_dp > 1:  # DP replicas fill the cluster: TP (and PP, when fixed) within one replica
+        pp = 1 if cfg.model.pp == "auto" else int(cfg.model.pp)
+        tp = cfg.tp if cfg.model.tp != "auto" else max(1, total // (fixed_dp * pp))
+        total = tp * pp  # the checks below keep whichever of tp/pp the user fixed
+    elif cfg.model.gpu_memory:
         rec = sizing.recommend(
             arch,
             gpu_memory_bytes=sizing.gpu_memory_bytes(cfg.model.gpu_memory, key="model.gpu_memory"),
@@ -120,6 +125,18 @@ def auto_parallel(resolved: Resolved) -> Resolved:
     model = dataclasses.replace(cfg.model, tp=tp, pp=pp)
     sources = {**resolved.sources, "model.tp": "auto (kit plan)", "model.pp": "auto (kit plan)"}
     values = {**resolved.values, "model.tp": tp, "model.pp": pp}
+    return Resolved(config=cfg.replace(model=model), values=values, sources=sources, path=resolved.path)
+
+
+def auto_data_parallel(resolved: Resolved) -> Resolved:
+    """model.dp `auto` = nodes × GPUs per node / (TP × PP), once TP and PP are resolved."""
+    cfg = resolved.config
+    if cfg.model.dp != "auto":
+        return resolved
+    dp = cfg.dp
+    model = dataclasses.replace(cfg.model, dp=dp)
+    sources = {**resolved.sources, "model.dp": "auto (GPUs / (tp × pp))"}
+    values = {**resolved.values, "model.dp": dp}
     return Resolved(config=cfg.replace(model=model), values=values, sources=sources, path=resolved.path)
 
 
@@ -189,6 +206,31 @@ def model_heads(config: KitConfig) -> tuple[int | None, int | None]:
     heads = text.get("num_attention_heads")
     kv = text.get("num_key_value_heads", heads)
     return (heads if isinstance(heads, int) else None, kv if isinstance(kv, int) else None)
+
+
+def model_experts(config: KitConfig) -> int | None:
+    """The model's routed expert count (0: dense) when its config.json is on this host, else None.
+    Read with kit.sizing's parser, the one `kit plan` uses."""
+    from kit import sizing
+
+    found = model_dir(config)
+    if found is None:
+        return None
+    try:
+        arch = sizing.parse_architecture(sizing.load_model_config(str(found)), source=str(found / "config.json"))
+    except ConfigError:
+        return None
+    return arch.moe.num_experts if arch.moe is not None else 0
+
+
+def check_plan(resolved: Resolved) -> None:
+    """Every host-independent check of the plan, with the model's facts when its files are here."""
+    from kit.plan.topology import check_config
+
+    config = resolved.config
+    heads, kv = model_heads(config)
+    experts = model_experts(config) if config.model.ep else None
+    check_config(config, resolved.sources, attention_heads=heads, kv_heads=kv, experts=experts)
 
 
 def role_from_flags(head: bool, worker: bool, node_rank: int | None) -> Role:

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from kit.commands._common import config_options, json_option, overrides_from, resolve
+from kit.commands._common import check_plan, config_options, json_option, overrides_from, resolve
 from kit.config import KitConfig
 from kit.errors import ConfigError, StartError
 from kit.output import emit, progress
@@ -142,6 +142,10 @@ def command(config_path: str | None, set_values: tuple[str, ...], replace: bool,
     Ray backend: run on the head; it serves with --distributed-executor-backend ray.
     mp backend: starts every node on this host (rank 0 on the head, --headless elsewhere);
                 on a real cluster run `kit serve` on every node.
+    model.dp > 1: each node runs its data-parallel ranks (mp: the head also the API server,
+                the others --headless from --data-parallel-start-rank); with Ray the head
+                starts every rank (--data-parallel-backend ray). model.ep adds
+                --enable-expert-parallel.
     The API key is read from api_key_file inside the container, never passed in argv.
 
     \b
@@ -151,6 +155,7 @@ def command(config_path: str | None, set_values: tuple[str, ...], replace: bool,
     """
     resolved = resolve(config_path, overrides_from(flags, FLAG_KEYS, set_values))
     config = resolved.config
+    check_plan(resolved)
     result = serve_cluster(
         config, get_runtime(config), replace=replace, on_progress=lambda line: progress(line, as_json=as_json)
     )

@@ -8,10 +8,9 @@ from typing import Any
 
 import click
 
-from kit.commands._common import check_secret_files, config_options, json_option, model_heads, overrides_from, resolve
+from kit.commands._common import check_plan, check_secret_files, config_options, json_option, overrides_from, resolve
 from kit.output import emit, progress
 from kit.plan.slurm import SERVER_READY_MARK, check_slurm_config, plan_launcher
-from kit.plan.topology import check_config
 
 FLAG_KEYS = {
     "cluster": "cluster",
@@ -23,6 +22,7 @@ FLAG_KEYS = {
     "gpus_per_node": "gpus_per_node",
     "tp": "model.tp",
     "pp": "model.pp",
+    "dp": "model.dp",
     "model": "model.id",
     "interface": "interface",
     "account": "slurm.account",
@@ -46,6 +46,7 @@ FLAG_KEYS = {
 @click.option("--model", help="Model id or path.")
 @click.option("--tp", help="Tensor parallel size, or auto.")
 @click.option("--pp", help="Pipeline parallel size, or auto.")
+@click.option("--dp", help="Data parallel size (engine replicas), or auto.")
 @click.option("--interface", help="Interface every node uses (e.g. ib0); default: the route to the head.")
 @click.option("--account", help="#SBATCH --account (slurm.account).")
 @click.option("--partition", help="#SBATCH --partition (slurm.partition).")
@@ -85,8 +86,7 @@ def command(
     """
     resolved = resolve(config_path, overrides_from(flags, FLAG_KEYS, set_values))
     config, sources = resolved.config, resolved.sources
-    heads, kv = model_heads(config)
-    check_config(config, sources, attention_heads=heads, kv_heads=kv)
+    check_plan(resolved)
     check_slurm_config(config, sources)
     if submit:
         check_secret_files(config, sources)  # the launcher checks again on every node

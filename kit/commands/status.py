@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from typing import Any
 
 import click
@@ -48,6 +49,50 @@ for n in nodes:
                 "cpus": res.get("CPU", 0), "gpus": res.get("GPU", 0), "vllm_host_ip": ips.get(n["NodeID"])})
 print("KIT_JSON " + json.dumps(out))
 """
+
+
+# vLLM names each data-parallel engine process `VLLM::EngineCore_DP<rank>` (its process title,
+# vllm/v1/engine/core.py, seen in /proc/PID/cmdline): listing them inside a node container shows
+# which of its DP ranks live. With the Ray DP backend the engines are Ray actors titled
+# `ray::DPMoEEngineCoreActor...` / `ray::EngineCoreActor...` (no rank in the title): counted.
+ENGINE_SCAN = (
+    "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n' "
+    "| grep -oE '^(VLLM::EngineCore_DP[0-9]+|ray::(DPMoE)?EngineCoreActor)' || true"
+)
+_ENGINE_RE = re.compile(r"^VLLM::EngineCore_DP(\d+)$", re.MULTILINE)
+_RAY_ENGINE_RE = re.compile(r"^ray::(?:DPMoE)?EngineCoreActor$", re.MULTILINE)
+
+
+def alive_dp_ranks(runtime: Runtime, node: NodeHandle) -> tuple[list[int], int]:
+    """The DP ranks whose engine process runs in this node's container, and the number of
+    engine processes found (Ray engine actors carry no rank)."""
+    out = runtime.exec(node, ["bash", "-c", ENGINE_SCAN], timeout=15).stdout
+    ranks = sorted({int(m) for m in _ENGINE_RE.findall(out)})
+    return ranks, len(ranks) + len(_RAY_ENGINE_RE.findall(out))
+
+
+def dp_view(config: KitConfig, runtime: Runtime, nodes: list[NodeHandle]) -> list[dict[str, Any]]:
+    """Per local node: the DP ranks the plan puts there (mp: node rank × DP ranks per node …) and
+    which of them have a live engine. With the Ray DP backend Ray places the ranks: none expected."""
+    rows = []
+    for node in sorted(nodes, key=lambda n: n.rank):
+        if config.backend == "mp":
+            first = node.rank * config.dp_local
+            expected = list(range(first, first + config.dp_local))
+        else:
+            expected = []
+        alive, engines = alive_dp_ranks(runtime, node) if node.state == "running" else ([], 0)
+        rows.append(
+            {
+                "container": node.name,
+                "node_rank": node.rank,
+                "expected": expected,
+                "alive": alive,
+                "engines": engines,
+                "missing": [r for r in expected if r not in alive],
+            }
+        )
+    return rows
 
 
 def ray_view(runtime: Runtime, head: NodeHandle, gcs_port: int, timeout: float = 4) -> list[dict[str, Any]]:
@@ -104,7 +149,8 @@ def command(
 ) -> None:
     """Every kit container of the cluster on this host (role, state, image digest, uptime), and the
     Ray view: alive nodes, their IPs, CPUs/GPUs, and whether each node registered the same IP as
-    its VLLM_HOST_IP. With --slurm JOB: the job's squeue state and its KIT_* lines (URL, tunnel)."""
+    its VLLM_HOST_IP. With model.dp > 1: the DP ranks each node should run and which have a live
+    engine process. With --slurm JOB: the job's squeue state and its KIT_* lines (URL, tunnel)."""
     if slurm_job is not None:
         from kit import slurm_ctl
 
@@ -134,6 +180,13 @@ def collect(config: KitConfig, runtime: Runtime, *, ray: bool = True) -> dict[st
         for n in nodes
     ]
     result: dict[str, Any] = {"cluster": config.cluster, "containers": containers, "ray": None}
+    if config.dp > 1:
+        result["dp"] = {
+            "size": config.dp,
+            "per_node": config.dp_local,
+            "backend": config.backend,
+            "nodes": dp_view(config, runtime, nodes),
+        }
     head = next((n for n in nodes if n.role == "head" and n.state == "running"), None)
     if ray and head is not None and config.backend == "ray":
         try:
@@ -190,9 +243,37 @@ def render(result: dict[str, Any]) -> str:
                 ],
             )
         )
+    if result.get("dp"):
+        dp = result["dp"]
+        rows = dp["nodes"]
+        n_alive = sum(n["engines"] for n in rows)
+        out.append("")
+        out.append(
+            f"data parallel: {dp['size']} rank(s), {dp['per_node']} per node ({dp['backend']}); "
+            f"{n_alive} alive on this host"
+        )
+        out.append(
+            table(
+                ["container", "node rank", "DP ranks", "alive", "missing"],
+                [
+                    (
+                        n["container"],
+                        n["node_rank"],
+                        _ranks(n["expected"]) if n["expected"] else "(Ray places them)",
+                        _ranks(n["alive"]) if n["expected"] else f"{n['engines']} engine(s)",
+                        _ranks(n["missing"]) if n["missing"] else "-",
+                    )
+                    for n in rows
+                ],
+            )
+        )
     if result.get("ray_error"):
         out.append(f"Ray: {result['ray_error']}")
     return "\n".join(out)
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ",".join(str(r) for r in ranks) if ranks else "none"
 
 
 def _short_digest(digest: str | None) -> str:

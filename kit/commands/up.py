@@ -8,11 +8,11 @@ from typing import Any
 import click
 
 from kit.commands._common import (
+    check_plan,
     check_secret_files,
     config_options,
     gather_host_facts,
     json_option,
-    model_heads,
     overrides_from,
     resolve,
     role_from_flags,
@@ -24,7 +24,7 @@ from kit.plan.facts import NodeNet, Role
 from kit.plan.forms import to_apptainer_exec_argv, to_apptainer_start_argv, to_docker_argv, to_docker_kwargs
 from kit.plan.node import ContainerSpec, plan_node
 from kit.plan.scripts import JOINED_MARK, READY_MARK
-from kit.plan.topology import check_config, plan_node_net
+from kit.plan.topology import plan_node_net
 from kit.runtime.base import Runtime
 
 FLAG_KEYS = {
@@ -40,6 +40,7 @@ FLAG_KEYS = {
     "gpus": "gpus",
     "tp": "model.tp",
     "pp": "model.pp",
+    "dp": "model.dp",
     "model": "model.id",
     "network": "network",
     "cluster": "cluster",
@@ -50,8 +51,7 @@ FLAG_KEYS = {
 def plan_up(resolved: Resolved, role: Role, *, check_files: bool = True) -> tuple[ContainerSpec, NodeNet]:
     """Validate everything, then plan this node. No side effects."""
     config, sources = resolved.config, resolved.sources
-    heads, kv = model_heads(config)
-    check_config(config, sources, attention_heads=heads, kv_heads=kv)
+    check_plan(resolved)
     if check_files:
         check_secret_files(config, sources)
     host = gather_host_facts(config)
@@ -69,6 +69,7 @@ def describe(config: KitConfig, spec: ContainerSpec, net: NodeNet) -> dict[str, 
         "head_address": net.head_address,
         "runtime": config.runtime,
         "backend": config.backend,
+        "parallel": {"tp": config.tp, "pp": config.pp, "dp": config.dp, "ep": config.model.ep},
         "image": spec.image,
         "container": spec.name,
         "script": spec.script,
@@ -88,6 +89,8 @@ def dry_run_text(plan: dict[str, Any]) -> str:
         f"# kit up --dry-run: {plan['role']} (rank {plan['rank']}) of cluster {plan['cluster']}, "
         f"node IP {plan['node_ip']} on {plan['interface']}, head {plan['head_address']}"
     )
+    par = plan["parallel"]
+    head += f"\n# parallel: TP={par['tp']} PP={par['pp']} DP={par['dp']}" + (" EP" if par["ep"] else "")
     lines = [head, "# entrypoint script (run as: bash -c SCRIPT):", plan["script"].rstrip("\n"), "# command:"]
     if "docker_argv" in plan:
         lines.append(shlex.join(plan["docker_argv"]))
@@ -113,6 +116,7 @@ def dry_run_text(plan: dict[str, Any]) -> str:
 @click.option("--gpus", help="'all' or indices like 0,1.")
 @click.option("--tp", help="Tensor parallel size, or auto.")
 @click.option("--pp", help="Pipeline parallel size, or auto.")
+@click.option("--dp", help="Data parallel size (engine replicas), or auto.")
 @click.option("--model", help="Model id or path.")
 @click.option("--network", help="Docker network for local multi-node simulation (fixed IP per node).")
 @click.option("--timeout", type=int, help="Seconds to wait for the node to be ready (timeouts.join).")

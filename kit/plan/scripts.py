@@ -12,7 +12,7 @@ from kit.config import KitConfig
 from kit.plan.facts import Role
 from kit.plan.paths import API_KEY_PATH
 from kit.plan.ray import ray_head_args, ray_resource, ray_worker_args
-from kit.plan.vllm import vllm_serve_argv
+from kit.plan.vllm import DP_START_RANK_VAR, vllm_serve_argv
 from kit.render import render
 
 # Per-node network variables vLLM must not copy from the head to Ray workers (FIELD_NOTES §1 row 11).
@@ -60,6 +60,7 @@ def serve_script(config: KitConfig, role: Role) -> str:
     """`vllm serve` for this role; the API key is read from its file into VLLM_API_KEY (never argv)."""
     if config.backend == "ray" and not role.is_head:
         raise ValueError("with the Ray backend only the head runs `vllm serve`")
+    headless_dp = config.dp > 1 and config.backend == "mp" and config.nodes > 1 and not role.is_head
     return render(
         "serve.sh.j2",
         version=__version__,
@@ -69,4 +70,6 @@ def serve_script(config: KitConfig, role: Role) -> str:
         api_key_path=API_KEY_PATH if (config.api_key_file and role.is_head) else None,
         ray_address=config.backend == "ray",
         gcs_port=config.ports.ray_gcs,
+        dp_local=config.dp_local if headless_dp else None,
+        dp_start_var=DP_START_RANK_VAR,
     )

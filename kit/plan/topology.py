@@ -50,8 +50,11 @@ def check_topology(
     *,
     attention_heads: int | None = None,
     kv_heads: int | None = None,
+    experts: int | None = None,
 ) -> None:
-    """TP×PP must equal the GPUs the cluster has; TP must divide the model's heads when known."""
+    """TP×PP(×DP) must equal the GPUs the cluster has; TP must divide the model's heads when known;
+    DP ranks spread evenly over the nodes; EP needs a MoE model whose experts split over TP×DP.
+    `experts` is the model's routed expert count (0: a dense model), None when its config is unknown."""
     if not NAME_RE.match(config.cluster):
         raise ConfigError(
             f"{config.cluster!r} is not a valid cluster name",
@@ -62,11 +65,15 @@ def check_topology(
     for key, value in (("nodes", config.nodes), ("gpus_per_node", config.gpus_per_node)):
         if value < 1:
             raise ConfigError(f"must be at least 1, got {value}", key=key, source=_src(sources, key))
-    for key, value in (("model.tp", config.tp), ("model.pp", config.pp)):
+    for key, value in (("model.tp", config.tp), ("model.pp", config.pp), ("model.dp", config.dp)):
         if value < 1:
-            raise ConfigError(f"must be at least 1, got {value}", key=key, source=_src(sources, key))
+            raise ConfigError(
+                f"must be at least 1, got {value}", key=key, source=_src(sources, key), hint="use 1 or more, or auto"
+            )
     total = config.nodes * config.gpus_per_node
-    if config.tp * config.pp != total:
+    if config.dp > 1 or config.model.ep:
+        check_data_parallel(config, sources, experts=experts)
+    elif config.tp * config.pp != total:
         unit = "GPUs" if config.accelerator == "gpu" else "ranks"
         raise ConfigError(
             f"TP×PP = {config.tp}×{config.pp} = {config.tp * config.pp} but the cluster has "
@@ -106,6 +113,82 @@ def check_topology(
                 source=_src(sources, "gpus"),
                 hint="select exactly gpus_per_node GPUs, or change gpus_per_node",
             )
+
+
+def check_data_parallel(config: KitConfig, sources: Mapping[str, str], *, experts: int | None = None) -> None:
+    """DP/EP rules, each refused before anything starts (issue 10).
+
+    vLLM's own rules (vllm 0.32.0, vllm/engine/arg_utils.py `create_engine_config` and
+    vllm/config/parallel.py `ParallelConfig`): every DP rank is one engine of TP×PP workers, so the
+    cluster holds TP×PP×DP GPUs; `--data-parallel-size-local` may not exceed `--data-parallel-size`;
+    a replica may span nodes only with `--nnodes`, which "requires `--data-parallel-backend mp`"
+    and a world size divisible by the node count. vLLM has no rule against DP with PP > 1 when a
+    replica stays inside a node (PCP, not PP, "does not support data parallelism yet"); kit starts
+    each node's DP ranks with `--data-parallel-size-local` and no `--nnodes`, so it refuses the
+    layouts where a replica would have to span nodes. The MoE layers of all ranks form one group of
+    TP×DP GPUs (docs/serving/data_parallel_deployment.md), which EP splits the experts over.
+    """
+    total = config.nodes * config.gpus_per_node
+    unit = "GPUs" if config.accelerator == "gpu" else "ranks"
+    tp, pp, dp = config.tp, config.pp, config.dp
+    if tp * pp * dp != total:
+        raise ConfigError(
+            f"TP×PP×DP = {tp}×{pp}×{dp} = {tp * pp * dp} but the cluster has "
+            f"nodes×gpus_per_node = {config.nodes}×{config.gpus_per_node} = {total} {unit}",
+            key="model.dp",
+            source=_src(sources, "model.dp"),
+            hint=f"make model.tp × model.pp × model.dp equal {total} (DP+EP: tp=1, pp=1, dp={total}; "
+            "or dp: auto), or change nodes/gpus_per_node",
+        )
+    if dp > 1 and dp % config.nodes and tp * pp > config.gpus_per_node:
+        raise ConfigError(
+            f"a DP replica of TP×PP = {tp}×{pp} = {tp * pp} {unit} does not fit in one node's "
+            f"{config.gpus_per_node}: vLLM lets a replica span nodes only with --nnodes, which "
+            "requires --data-parallel-backend mp (vllm/engine/arg_utils.py), and kit keeps each replica in a node",
+            key="model.pp" if pp > 1 else "model.tp",
+            source=_src(sources, "model.pp" if pp > 1 else "model.tp"),
+            hint=f"make tp × pp ≤ gpus_per_node ({config.gpus_per_node}) and raise dp, "
+            "or use dp: 1 with TP×PP across the nodes",
+        )
+    if dp > 1 and dp % config.nodes:
+        raise ConfigError(
+            f"DP = {dp} ranks do not divide evenly over {config.nodes} nodes "
+            "(each node runs the same number of ranks: --data-parallel-size-local)",
+            key="model.dp",
+            source=_src(sources, "model.dp"),
+            hint=f"make model.dp a multiple of nodes ({config.nodes}), with tp × pp × dp/nodes = "
+            f"gpus_per_node ({config.gpus_per_node})",
+        )
+    # With both checks passed, tp × pp × (dp / nodes) = gpus_per_node: every replica fits in a node.
+    if dp > 1 and config.backend == "ray" and config.accelerator == "cpu":
+        raise ConfigError(
+            "the Ray DP backend (--data-parallel-backend ray) runs its engines with vLLM's Ray "
+            "executor, which vLLM's CPU build does not support",
+            key="backend",
+            source=_src(sources, "backend"),
+            hint="use backend: mp with accelerator: cpu",
+        )
+    if config.model.ep and experts is not None:
+        if experts == 0:
+            raise ConfigError(
+                f"expert parallelism needs a mixture-of-experts model, and {config.model.id} has no experts",
+                key="model.ep",
+                source=_src(sources, "model.ep"),
+                hint="set model.ep: false (DP alone still replicates the model), or serve a MoE model",
+            )
+        if experts % (tp * dp):
+            raise ConfigError(
+                f"the model's {experts} experts do not divide over the EP group of TP×DP = {tp}×{dp} = "
+                f"{tp * dp} {unit}",
+                key="model.ep",
+                source=_src(sources, "model.ep"),
+                hint=f"choose tp × dp dividing {experts} (e.g. dp = "
+                f"{_largest_divisor(experts, total)}), or set model.ep: false",
+            )
+
+
+def _largest_divisor(n: int, at_most: int) -> int:
+    return max(d for d in range(1, at_most + 1) if n % d == 0)
 
 
 def check_ports(config: KitConfig, sources: Mapping[str, str]) -> None:
@@ -180,10 +263,11 @@ def check_config(
     *,
     attention_heads: int | None = None,
     kv_heads: int | None = None,
+    experts: int | None = None,
 ) -> None:
     """Every host-independent check, in the order a user would want to hear about them."""
     check_image(config, sources)
-    check_topology(config, sources, attention_heads=attention_heads, kv_heads=kv_heads)
+    check_topology(config, sources, attention_heads=attention_heads, kv_heads=kv_heads, experts=experts)
     check_ports(config, sources)
     check_env_and_mounts(config, sources)
 

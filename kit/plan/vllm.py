@@ -6,10 +6,15 @@ from kit.config import KitConfig
 from kit.plan.facts import Role
 from kit.render import Arg, EnvRef
 
+# Set by the serve script from KIT_NODE_RANK (node rank × DP ranks per node), so the same script
+# text runs on every worker and inside SLURM jobs.
+DP_START_RANK_VAR = "KIT_DP_START_RANK"
+
 
 def vllm_serve_argv(config: KitConfig, role: Role) -> list[Arg]:
     """Head (Ray): the only vllm process, --distributed-executor-backend ray.
-    mp backend: every node runs it; node rank and head address come from the node's env."""
+    mp backend: every node runs it; node rank and head address come from the node's env.
+    DP > 1: each node runs its DP ranks (mp) or the head places them all through Ray."""
     m = config.model
     argv: list[Arg] = ["vllm", "serve", m.id]
     if role.is_head:
@@ -17,7 +22,9 @@ def vllm_serve_argv(config: KitConfig, role: Role) -> list[Arg]:
     argv += ["--tensor-parallel-size", str(config.tp), "--pipeline-parallel-size", str(config.pp)]
     if m.max_model_len is not None:
         argv += ["--max-model-len", str(m.max_model_len)]
-    if config.backend == "ray":
+    if config.dp > 1:
+        argv += data_parallel_args(config, role)
+    elif config.backend == "ray":
         argv += ["--distributed-executor-backend", "ray"]
     elif config.nodes > 1:
         argv += [
@@ -32,5 +39,29 @@ def vllm_serve_argv(config: KitConfig, role: Role) -> list[Arg]:
         ]
         if not role.is_head:
             argv.append("--headless")
+    if m.ep:
+        argv.append("--enable-expert-parallel")
     argv += list(m.extra_args)
     return argv
+
+
+def data_parallel_args(config: KitConfig, role: Role) -> list[Arg]:
+    """vLLM's multi-node DP flags (docs/serving/data_parallel_deployment.md, "Internal Load
+    Balancing"): one API endpoint on the head. mp: the head runs the API server and its local DP
+    ranks; every other node runs its ranks `--headless` from `--data-parallel-start-rank`. Ray: the
+    head alone places every rank on the Ray cluster (`--data-parallel-backend ray`); vLLM takes
+    the head's IP as the DP address and needs no RPC port."""
+    args: list[Arg] = ["--data-parallel-size", str(config.dp), "--data-parallel-size-local", str(config.dp_local)]
+    if config.backend == "ray":
+        return [*args, "--data-parallel-backend", "ray"]
+    if config.nodes == 1:
+        return ["--data-parallel-size", str(config.dp)]
+    args += [
+        "--data-parallel-address",
+        EnvRef("KIT_HEAD_ADDRESS"),
+        "--data-parallel-rpc-port",
+        str(config.ports.dp_rpc),
+    ]
+    if not role.is_head:
+        args += ["--headless", "--data-parallel-start-rank", EnvRef(DP_START_RANK_VAR)]
+    return args

@@ -113,7 +113,7 @@ def test_ray_head_runs_barrier_then_serve(tmp_path: Path) -> None:
     assert "--headless" not in mp_head and mp_worker is not None and "--headless" in mp_worker
 
 
-@pytest.mark.parametrize("name", ["meluxina-apptainer-mp", "ray-2node-infiniband"])
+@pytest.mark.parametrize("name", ["meluxina-apptainer-mp", "ray-2node-infiniband", "deepseek-v3-dp-ep"])
 def test_deploy_examples_are_current(name: str, tmp_path: Path) -> None:
     cfg = load_config(str(DEPLOY / f"{name}.yaml"), environ={}).config
     text = plan_launcher(cfg)
