@@ -284,3 +284,56 @@ def test_compare_ratios_and_direction() -> None:
     assert rows["output_throughput"]["ratio"] == pytest.approx(1.5) and rows["output_throughput"]["b_better"]
     assert rows["median_ttft_ms"]["ratio"] == pytest.approx(0.5) and rows["median_ttft_ms"]["b_better"]
     assert results.compare(doc(1, 1), {**doc(1, 1), "points": []}) == []
+
+
+# ---------------------------------------------------------------- kit tune's pure pieces
+
+
+def test_layout_parsing_and_candidates() -> None:
+    from kit.bench.tune import Layout, candidates, check_fits, parse_layouts
+
+    assert parse_layouts("tp1, tp2,tp2-pp2,tp1") == [Layout(1), Layout(2), Layout(2, 2)]
+    assert Layout(2, 2).name == "tp2-pp2" and Layout(4).nodes(2) == 2
+    assert Layout(2).overrides(1) == {"nodes": 2, "gpus_per_node": 1, "model.tp": 2, "model.pp": 1}
+    with pytest.raises(ConfigError, match="not a layout"):
+        parse_layouts("tp")
+    with pytest.raises(ConfigError, match="data parallel"):
+        parse_layouts("tp1-dp2")
+    assert candidates(2, 1, accelerator="cpu") == [Layout(1), Layout(2)]  # no PP on CPU
+    assert candidates(2, 1) == [Layout(1), Layout(2), Layout(1, 2)]
+    assert Layout(8) not in candidates(2, 4, attention_heads=12, kv_heads=4)  # 8 does not divide 12
+    with pytest.raises(ConfigError, match="needs 4 GPUs"):
+        check_fits([Layout(4)], 2, 1)
+
+
+def test_tune_ranking_and_state(tmp_path: Path) -> None:
+    from kit.bench.tune import load_state, rank, recommendation, state_key
+
+    def entry(tput: float, e2e: float, failed: int = 0, status: str = "done") -> dict[str, Any]:
+        m = {"output_throughput": tput, "request_throughput": 1.0, "median_ttft_ms": 1.0, "median_tpot_ms": 1.0}
+        return {"status": status, "nodes": 1, "point": {"metrics": {**m, "median_e2el_ms": e2e, "failed": failed}}}
+
+    ranking = rank(
+        {
+            "tp1": entry(100, 50),
+            "tp2": entry(120, 80),
+            "tp4": entry(500, 10, failed=2),
+            "tp8": {"status": "failed", "error": "did not start"},
+        }
+    )
+    assert [r["layout"] for r in ranking] == ["tp2", "tp1", "tp4", "tp8"]
+    assert recommendation(ranking)["layout"] == "tp2"  # type: ignore[index]
+    assert recommendation(rank({"tp8": {"status": "failed"}})) is None
+    key = state_key({"load": 1})
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"key": key, "layouts": {"tp1": {"status": "done"}}}))
+    assert load_state(path, key)["layouts"] == {"tp1": {"status": "done"}}
+    assert load_state(path, state_key({"load": 2}))["layouts"] == {}  # another load: start over
+
+
+def test_budget_parsing() -> None:
+    from kit.commands.tune import parse_budget
+
+    assert parse_budget("20m") == 1200 and parse_budget("90") == 90 and parse_budget("1.5h") == 5400
+    with pytest.raises(ConfigError, match="--budget"):
+        parse_budget("soon")
