@@ -33,6 +33,13 @@ def curves(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[str, li
     return out
 
 
+def short_label(point: dict[str, Any]) -> str:
+    """c=4 (concurrency, everything at once), r=2 (rate), or r=2 c=4."""
+    rate, conc = point.get("rate"), point.get("concurrency")
+    parts = ([] if rate is None else [f"r={rate:g}"]) + ([f"c={conc}"] if conc else [])
+    return " ".join(parts) or point_label(point)
+
+
 def plot(docs: Sequence[dict[str, Any]], names: Sequence[str], path: Path, title: str | None = None) -> Path:
     try:
         import matplotlib
@@ -54,13 +61,13 @@ def plot(docs: Sequence[dict[str, Any]], names: Sequence[str], path: Path, title
             ys = [p["metrics"][key] for p in points]
             ax.plot(xs, ys, marker="o", label=name)
             for x, y, p in zip(xs, ys, points, strict=True):
-                ax.annotate(point_label(p), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+                ax.annotate(short_label(p), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
         ax.set_xlabel("output throughput (tokens/s)")
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
         ax.set_ylim(bottom=0)
     axes[0].legend(fontsize=8, title="layout" if any(p.get("layout") for d in docs for p in d["points"]) else None)
-    fig.suptitle(title or "latency vs throughput (labels: request rate / concurrency)", fontsize=10)
+    fig.suptitle(title or "latency vs throughput (c = concurrency, r = request rate)", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)

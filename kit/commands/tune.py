@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,10 @@ from kit.output import emit, progress, table
 from kit.plan.facts import HEAD, Role
 
 MIN_LAYOUT_S = 30  # a layout is not started with less budget left than this
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def parse_budget(text: str) -> float:
@@ -96,11 +101,11 @@ def command(
 
     \b
     For each layout (TP x PP on whole nodes): kit up the nodes it needs, kit serve, the same
-    load as `kit bench` (same flags), kit down. The ranking is by output tokens/s, then median
-    latency. Finished layouts are kept in a state file, so running it again after a Ctrl-C or
-    an exhausted --budget measures only what is left (--fresh starts over). Nothing it started
-    is left running, whatever happens. Nodes start on this host: one node, or the local
-    multi-node simulation (network:).
+    load as `kit bench` (same flags), kit down. The ranking is by output tokens/s at the last
+    (heaviest) load point, then median latency. Finished layouts are kept in a state file, so
+    running it again after a Ctrl-C or an exhausted --budget measures only what is left
+    (--fresh starts over). Nothing it started is left running, whatever happens. Nodes start
+    on this host: one node, or the local multi-node simulation (network:).
 
     \b
     Examples:
@@ -147,13 +152,14 @@ def command(
     save_to = output or results.default_path(state_dir(), f"tune-{config.cluster}")
     doc = results.new_document(target={"url": None, "model": config.served_name}, load=load.to_dict(), cluster=None)
     doc["kind_detail"] = "tune"
+    # SIGTERM (a job scheduler, `kill`) unwinds like Ctrl-C, so the finally below tears down.
+    signal.signal(signal.SIGTERM, _interrupt)
     say(f"kit tune: {len(chosen)} layout(s) {', '.join(lay.name for lay in chosen)}; budget {budget}")
     for layout in chosen:
         entry = state["layouts"].get(layout.name)
         if entry and entry.get("status") in ("done", "failed"):
             say(f"{layout.name}: {entry['status']} in an earlier run (kept; --fresh measures it again)")
-            if entry.get("point"):
-                doc["points"].append(entry["point"])
+            doc["points"].extend(entry.get("points") or ([entry["point"]] if entry.get("point") else []))
             continue
         remaining = deadline - time.time()
         nodes = layout.nodes(config.gpus_per_node)
@@ -193,13 +199,21 @@ def command(
                 layout=layout.name,
                 deadline=deadline,
             )
-            point = layout_doc["points"][-1] if layout_doc["points"] else None
-            if point is not None:
+            for point in layout_doc["points"]:
                 point["cluster"] = layout_doc["cluster"]
-                doc["points"].append(point)
-                if doc["cluster"] is None:
-                    doc["cluster"] = {k: v for k, v in layout_doc["cluster"].items() if k != "plan"}
-            record.update({"point": point, "status": "done" if not stopped else "partial", "error": stopped})
+            doc["points"].extend(layout_doc["points"])
+            if doc["cluster"] is None:
+                doc["cluster"] = {k: v for k, v in layout_doc["cluster"].items() if k != "plan"}
+            # ranked at the last (heaviest) load point; every point goes into the plot
+            point = layout_doc["points"][-1] if layout_doc["points"] else None
+            record.update(
+                {
+                    "point": point,
+                    "points": layout_doc["points"],
+                    "status": "done" if not stopped else "partial",
+                    "error": stopped,
+                }
+            )
         except KitError as err:
             record["error"] = err.message
             say(f"  {layout.name} failed: {err.message}")
