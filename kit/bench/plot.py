@@ -19,7 +19,7 @@ PANELS = (
 
 
 def curves(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
-    """Series name -> its points sorted by output throughput. A layout names a series (kit tune);
+    """Series name -> its points in the order they ran (rising load). A layout names a series (kit tune);
     otherwise each document is one series."""
     out: dict[str, list[dict[str, Any]]] = {}
     for doc, name in zip(docs, names, strict=True):
@@ -28,8 +28,6 @@ def curves(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[str, li
                 continue
             key = point.get("layout") or name
             out.setdefault(key, []).append(point)
-    for points in out.values():
-        points.sort(key=lambda p: p["metrics"]["output_throughput"])
     return out
 
 
