@@ -23,6 +23,7 @@ class Load:
     points: list[LoadPoint]
     warmup: int = 1
     seed: int = 0
+    burstiness: float = 1.0
     description: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -80,7 +81,7 @@ def run_load(
         for number, point in enumerate(load.points, 1):
             state["point"] = f"{layout + ' ' if layout else ''}point {number}/{len(load.points)} ({point.label})"
             live.update(f"{state['point']} {bar(0, len(load.prompts))} 0/{len(load.prompts)} requests", force=True)
-            run = runner.run(load.prompts, point, seed=load.seed, deadline=deadline)
+            run = runner.run(load.prompts, point, seed=load.seed, burstiness=load.burstiness, deadline=deadline)
             m = metrics.compute(run.records, run.duration)
             m["not_sent"] = run.not_sent
             entry: dict[str, Any] = {

@@ -199,12 +199,18 @@ class Runner:
         return record
 
     def run(
-        self, prompts: Sequence[Prompt], point: LoadPoint, *, seed: int = 0, deadline: float | None = None
+        self,
+        prompts: Sequence[Prompt],
+        point: LoadPoint,
+        *,
+        seed: int = 0,
+        burstiness: float = 1.0,
+        deadline: float | None = None,
     ) -> PointRun:
         """Send every prompt at its arrival time with at most `point.concurrency` in flight."""
         self._abort.clear()
         self._reason = None
-        offsets = arrivals(len(prompts), point.rate, seed=seed)
+        offsets = arrivals(len(prompts), point.rate, burstiness, seed=seed)
         workers = min(point.concurrency or len(prompts), len(prompts), MAX_THREADS) or 1
         records: list[RequestRecord] = []
         counts = [0, 0]

@@ -78,6 +78,7 @@ def build_load(flags: dict[str, Any]) -> Load:
         points=sweep(flags["rate"], flags["concurrency"]),
         warmup=max(0, flags["warmup"]),
         seed=flags["seed"],
+        burstiness=flags["burstiness"],
         description=description,
     )
 

@@ -337,3 +337,13 @@ def test_budget_parsing() -> None:
     assert parse_budget("20m") == 1200 and parse_budget("90") == 90 and parse_budget("1.5h") == 5400
     with pytest.raises(ConfigError, match="--budget"):
         parse_budget("soon")
+
+
+def test_runner_paces_a_request_rate(fake_server: str) -> None:
+    runner = Runner(Target(fake_server, "tiny", api_key="sk-test"))
+    run = runner.run(dataset.fixed(8, 2, 2), schedule.LoadPoint(40.0, None), seed=5, burstiness=0.5)
+    starts = sorted(r.start for r in run.records)
+    offsets = schedule.arrivals(8, 40.0, 0.5, seed=5)
+    assert len(run.records) == 8 and all(r.success for r in run.records)
+    assert starts[-1] - starts[0] == pytest.approx(offsets[-1] - offsets[0], abs=0.05)  # sent on schedule
+    assert run.duration >= 8 / 40.0
