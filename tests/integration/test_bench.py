@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -37,18 +38,25 @@ def make_kit(state: Path, base_env: dict[str, str]) -> Any:
 
 
 @pytest.fixture(scope="module")
-def served(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def prepared(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The engine image and the tiny model (kit demo --prepare-only), an API key file."""
     root = tmp_path_factory.mktemp("bench")
-    state = root / "state"
     key = root / "api_key"
     key.write_text(SECRET_KEY + "\n")
-    base_env: dict[str, str] = {}
-    kit = make_kit(state, base_env)
+    kit = make_kit(root / "state", {})
     prep = kit("demo", "--prepare-only", "--json", "--image", "kit/vllm-cpu:test")
     assert prep.returncode == 0, prep.stderr
-    hf_cache = json.loads(prep.stdout)["result"]["hf_cache"]
+    return {"root": root, "key": key, "hf_cache": json.loads(prep.stdout)["result"]["hf_cache"]}
+
+
+@pytest.fixture(scope="module")
+def served(prepared: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """One 2-node TP=2 server for the module, serving kit/tiny-llama as 'tiny' with an API key."""
+    root, key, hf_cache = prepared["root"], prepared["key"], prepared["hf_cache"]
+    state = root / "state"
     name = f"kb{os.getpid() % 100000}"
-    base_env.update(two_node_mp_env(name, hf_cache, key, second_octet=SECOND_OCTET))
+    base_env = two_node_mp_env(name, hf_cache, key, second_octet=SECOND_OCTET)
+    kit = make_kit(state, base_env)
     try:
         for role in ("--worker", "--head"):
             up = kit("up", role)
@@ -177,13 +185,44 @@ def test_tune_ranks_tp1_and_tp2_and_leaves_nothing(served: dict[str, Any], docke
     assert not docker_client.containers.list(all=True, filters={"label": f"kit.cluster={name}"})
 
 
-def test_tune_with_no_budget_starts_nothing(served: dict[str, Any]) -> None:
+def test_tune_with_no_budget_starts_nothing(prepared: dict[str, Any]) -> None:
     name = f"kz{os.getpid() % 100000}"
-    env = two_node_mp_env(name, served["hf_cache"], served["key"], second_octet=SECOND_OCTET)
-    kit = make_kit(served["root"] / "z-state", env)
+    env = two_node_mp_env(name, prepared["hf_cache"], prepared["key"], second_octet=SECOND_OCTET)
+    kit = make_kit(prepared["root"] / "z-state", env)
     result = kit("tune", "--layouts", "tp1", "--budget", "5s", "--json")
     doc = json.loads(result.stdout)["result"]
     assert doc["ranking"][0]["status"] == "skipped" and doc["recommendation"] is None
+
+
+def test_tune_interrupted_tears_down_and_resumes(prepared: dict[str, Any], docker_client: Any) -> None:
+    """SIGTERM (or Ctrl-C) while a layout is coming up: exit 130, nothing left running, and the
+    layout is measured again by the next run."""
+    name = f"ki{os.getpid() % 100000}"
+    state = prepared["root"] / "i-state"
+    env = {
+        **os.environ,
+        "KIT_STATE_DIR": str(state),
+        **two_node_mp_env(name, prepared["hf_cache"], prepared["key"], second_octet=SECOND_OCTET),
+    }
+    argv = [sys.executable, "-m", "kit", "tune", "--layouts", "tp1", "--budget", "5m", "-n", "2"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    label = {"label": f"kit.cluster={name}"}
+    try:
+        deadline = time.monotonic() + 120
+        while not docker_client.containers.list(filters=label) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert docker_client.containers.list(filters=label), "kit tune started no container"
+        time.sleep(3)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 130, stderr
+        assert not docker_client.containers.list(all=True, filters=label)
+        saved = json.loads((state / "tune" / f"{name}.json").read_text())
+        assert saved["layouts"]["tp1"]["status"] == "interrupted"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        make_kit(state, {k: v for k, v in env.items() if k.startswith("KIT_")})("down")
 
 
 def test_server_killed_mid_run_saves_partial_results(served: dict[str, Any], docker_client: Any) -> None:
