@@ -37,6 +37,16 @@ class Load:
         }
 
 
+def interrupt_on_sigterm() -> None:
+    """SIGTERM (a scheduler, `kill`) unwinds like Ctrl-C: results saved, servers torn down."""
+    import signal
+
+    def _raise(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _raise)
+
+
 def server_version(base_url: str, key: str | None) -> str | None:
     """vLLM's GET /version ({"version": "0.32.0"}), None when the server has no such route."""
     import requests
@@ -100,6 +110,8 @@ def run_load(
                 if not math.isnan(m["output_throughput"])
                 else f"{state['point']}: no request finished"
             )
+            if run.stopped == "interrupted":
+                raise KeyboardInterrupt
             if run.stopped:
                 return run.stopped
     except KeyboardInterrupt:

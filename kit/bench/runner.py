@@ -248,6 +248,8 @@ class Runner:
                 _, pending = wait(pending, timeout=0.2)
                 if pending and deadline is not None and time.time() >= deadline:
                     self.stop("the time budget ran out")
+        except KeyboardInterrupt:  # Ctrl-C: keep what was measured; the caller saves it and re-raises
+            self.stop("interrupted")
         except BaseException:
             self.stop("interrupted")
             raise

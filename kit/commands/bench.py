@@ -244,6 +244,7 @@ def command(
         as_json=as_json,
     )
     live = LiveLine(as_json=as_json)
+    measure.interrupt_on_sigterm()
     stopped = measure.run_load(target, load, doc, save_to=save_to, live=live)
     measure.finish(doc, stopped, save_to)
     if plot_path:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,10 +23,6 @@ from kit.output import emit, progress, table
 from kit.plan.facts import HEAD, Role
 
 MIN_LAYOUT_S = 30  # a layout is not started with less budget left than this
-
-
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
 
 
 def parse_budget(text: str) -> float:
@@ -153,7 +148,7 @@ def command(
     doc = results.new_document(target={"url": None, "model": config.served_name}, load=load.to_dict(), cluster=None)
     doc["kind_detail"] = "tune"
     # SIGTERM (a job scheduler, `kill`) unwinds like Ctrl-C, so the finally below tears down.
-    signal.signal(signal.SIGTERM, _interrupt)
+    measure.interrupt_on_sigterm()
     say(f"kit tune: {len(chosen)} layout(s) {', '.join(lay.name for lay in chosen)}; budget {budget}")
     for layout in chosen:
         entry = state["layouts"].get(layout.name)

@@ -347,3 +347,28 @@ def test_runner_paces_a_request_rate(fake_server: str) -> None:
     assert len(run.records) == 8 and all(r.success for r in run.records)
     assert starts[-1] - starts[0] == pytest.approx(offsets[-1] - offsets[0], abs=0.05)  # sent on schedule
     assert run.duration >= 8 / 40.0
+
+
+def test_sigterm_saves_the_partial_point(fake_server: str, tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    key = tmp_path / "key"
+    key.write_text("sk-test\n")
+    out = tmp_path / "partial.json"
+    argv = [sys.executable, "-m", "kit", "bench", "--url", fake_server, "--api-key-file", str(key), "-n", "500"]
+    env = {**os.environ, "KIT_STATE_DIR": str(tmp_path / "state")}
+    proc = subprocess.Popen([*argv, "-c", "1", "--output-len", "20", "-o", str(out)], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    deadline = time.monotonic() + 30
+    while FakeVLLM.served < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    doc = json.loads(out.read_text())
+    m = doc["points"][0]["metrics"]
+    assert doc["error"] == "interrupted" and not doc["complete"]
+    assert m["completed"] >= 2 and m["completed"] + m["failed"] + m["not_sent"] == 500
