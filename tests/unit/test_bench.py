@@ -372,3 +372,33 @@ def test_sigterm_saves_the_partial_point(fake_server: str, tmp_path: Path) -> No
     m = doc["points"][0]["metrics"]
     assert doc["error"] == "interrupted" and not doc["complete"]
     assert m["completed"] >= 2 and m["completed"] + m["failed"] + m["not_sent"] == 500
+
+
+def test_plot_without_matplotlib_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import sys
+
+    from kit.cli import main
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    with pytest.raises(SystemExit) as info:
+        main(["bench", "--url", "http://127.0.0.1:9", "--plot", str(tmp_path / "x.png")])
+    assert info.value.code == 2
+    with pytest.raises(SystemExit):
+        main(["bench", "--plot", str(tmp_path / "x.png"), "--from", str(tmp_path / "none.json")])
+
+
+def test_plot_from_saved_results(tmp_path: Path) -> None:
+    mpimg = pytest.importorskip("matplotlib.image")
+    from kit.bench.plot import plot
+
+    def doc(layout: str, scale: float) -> dict[str, Any]:
+        points = []
+        for c in (1, 2, 4):
+            m = {"completed": 4, "output_throughput": 10.0 * c * scale}
+            m.update({"median_ttft_ms": 5.0 * c, "median_tpot_ms": 2.0 + c, "median_e2el_ms": 50.0 * c / scale})
+            points.append({"rate": None, "concurrency": c, "layout": layout, "metrics": m})
+        return {"kind": "kit-bench", "points": points}
+
+    png = plot([doc("tp1", 1.0), doc("tp2", 2.0)], ["a", "b"], tmp_path / "p.png")
+    image = mpimg.imread(str(png))
+    assert image.shape[:2] == (380, 1200) and image.std() > 0.01
