@@ -11,6 +11,7 @@ import click
 from kit.bench import dataset, results
 from kit.bench.dataset import Prompt
 from kit.bench.measure import Load
+from kit.bench.runner import Target
 from kit.bench.schedule import sweep
 from kit.commands._common import config_options, json_option, resolve_cluster
 from kit.config import KitConfig
@@ -122,11 +123,10 @@ def cluster_info(config: KitConfig, url: str, server_version: str | None) -> dic
 
 def resolve_target(
     config: KitConfig, url: str | None, api_key_file: str | None, model: str | None, flags: dict[str, Any]
-) -> tuple[Any, str | None]:
+) -> tuple[Target, str | None]:
     """The server to load (its URL, key and model name, checked with GET /v1/models: an
     unreachable URL or a wrong key is one line and exit 8 before any load is sent)."""
     from kit import client
-    from kit.bench.runner import Target
     from kit.commands.query import default_url
 
     base = (url or default_url(config)).rstrip("/")
