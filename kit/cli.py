@@ -25,6 +25,8 @@ VERBS: dict[str, tuple[str, str]] = {
     "status": ("status", "Show the cluster's containers and the Ray view of its nodes."),
     "logs": ("logs", "Show (or follow) a node container's logs."),
     "query": ("query", "Send OpenAI-style requests to the server: models and a chat."),
+    "bench": ("bench", "Benchmark the server: TTFT, TPOT, ITL, latency percentiles, throughput; compare, plot."),
+    "tune": ("tune", "Try each TP/PP layout on this host, benchmark it, and recommend the fastest."),
     "verify": ("verify", "Prove the cluster is right: GPUs, versions, NCCL transport, bandwidth."),
     "diagnose": ("diagnose", "Classify known failure lines and NCCL transports in log files."),
     "down": ("down", "Remove every container and network of the cluster."),

@@ -37,3 +37,45 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 def is_tty() -> bool:
     return sys.stderr.isatty()
+
+
+class LiveLine:
+    """A progress line on stderr: rewritten in place on a terminal (like `kit pull`), plain lines
+    at most every `every` seconds otherwise, nothing with --json."""
+
+    def __init__(self, *, as_json: bool = False, every: float = 5.0) -> None:
+        self.quiet = as_json
+        self.tty = is_tty()
+        self.every = every
+        self._last = 0.0
+        self._shown = False
+
+    def update(self, text: str, *, force: bool = False) -> None:
+        import time
+
+        if self.quiet:
+            return
+        now = time.monotonic()
+        if self.tty:
+            if force or now - self._last >= 0.1:
+                self._last = now
+                self._shown = True
+                click.echo("\r\x1b[2K" + text, nl=False, err=True)
+        elif force or now - self._last >= self.every:
+            self._last = now
+            click.echo(text, err=True)
+
+    def done(self, text: str | None = None) -> None:
+        """Finish the line (a final text replaces it)."""
+        if self.quiet:
+            return
+        if self.tty and self._shown:
+            click.echo("\r\x1b[2K" + (text or ""), nl=bool(text), err=True)
+        elif text:
+            click.echo(text, err=True)
+        self._shown = False
+
+
+def bar(done: int, total: int, width: int = 24) -> str:
+    filled = 0 if total <= 0 else min(width, round(width * done / total))
+    return "[" + "#" * filled + "." * (width - filled) + "]"

@@ -25,6 +25,8 @@ PRODUCT_VERBS = (
     "slurm",
     "plan",
     "demo",
+    "bench",
+    "tune",
 )
 
 

@@ -27,3 +27,31 @@ def two_node_ray_env(name: str, hf_cache: Path, *, second_octet: int) -> dict[st
         "KIT_HF_CACHE": str(hf_cache),
         "KIT_TIMEOUTS_JOIN": "180",
     }
+
+
+def two_node_mp_env(name: str, hf_cache: str, api_key_file: Path, *, second_octet: int) -> dict[str, str]:
+    """The KIT_* environment of the 2-node mp-backend CPU cluster serving kit/tiny-llama as
+    'tiny' with TP=2 across the nodes (as `kit demo` and test_serve.py run it)."""
+    third = zlib.crc32(name.encode()) % 250 + 2
+    return {
+        "KIT_CLUSTER": name,
+        "KIT_IMAGE": IMAGE,
+        "KIT_BACKEND": "mp",
+        "KIT_ACCELERATOR": "cpu",
+        "KIT_NODES": "2",
+        "KIT_GPUS_PER_NODE": "1",
+        "KIT_MODEL_TP": "2",
+        "KIT_MODEL_PP": "1",
+        "KIT_MODEL_ID": "kit/tiny-llama",
+        "KIT_MODEL_SERVED_NAME": "tiny",
+        "KIT_MODEL_MAX_MODEL_LEN": "2048",
+        "KIT_MODEL_EXTRA_ARGS": "[--enforce-eager]",
+        "KIT_NETWORK": f"{name}-net",
+        "KIT_NETWORK_SUBNET": f"10.{second_octet}.{third}.0/24",
+        "KIT_IPC_HOST": "false",
+        "KIT_SHM_SIZE": "2g",
+        "KIT_HF_CACHE": hf_cache,
+        "KIT_API_KEY_FILE": str(api_key_file),
+        "KIT_ENV": "{HF_HUB_OFFLINE: '1', VLLM_CPU_KVCACHE_SPACE: '1'}",
+        "KIT_TIMEOUTS_READY": "600",
+    }

@@ -1,0 +1,207 @@
+"""`kit bench` vs `vllm bench serve` on the same server with the same load (issue 12: every
+metric within 5%).
+
+Same load on both sides: the same number of requests, prompts of the same length (kit: its
+fixed dataset of --input-len words, written as JSONL and read with --dataset FILE; vLLM: its
+random dataset of --vllm-input-len tokens, range ratio 0 — vLLM's custom JSONL dataset needs
+pandas, which the image lacks; pick --vllm-input-len so both report the same total input
+tokens), the same output length with ignore_eos, the same concurrency, request rate inf and one
+warm-up request each. vLLM's client is the one inside the engine image
+(`vllm bench serve --backend openai-chat`, run with `docker exec` in the head container); kit's
+runs on this host. The runs alternate (kit, vllm, vllm, kit, ...) so drift in outside load hits
+both; per metric the script prints the median over rounds of each side, their ratio kit/vllm, and
+the median of the per-round ratios (each kit run against the vllm run next to it).
+The API key reaches `vllm bench` as OPENAI_API_KEY through `docker exec -e OPENAI_API_KEY` (the
+name only: the value travels in the environment, never in argv).
+
+Needs a running server (e.g. the 2-node TP=2 CPU cluster of tests/integration/test_bench.py, or
+`kit demo --keep`). Not a test: run it and read the table.
+
+    python benchmarks/bench_vs_vllm.py --url http://10.231.7.10:8000 --head kit-kbdev-head \
+        --api-key-file KEY [--rounds 3] [-n 16] [-c 2] [--input-len 32] [--output-len 32] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+METRICS = [
+    "completed",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "mean_ttft_ms",
+    "median_ttft_ms",
+    "p99_ttft_ms",
+    "mean_tpot_ms",
+    "median_tpot_ms",
+    "p99_tpot_ms",
+    "mean_itl_ms",
+    "median_itl_ms",
+    "p99_itl_ms",
+    "mean_e2el_ms",
+    "median_e2el_ms",
+    "p99_e2el_ms",
+]
+
+
+def write_dataset(path: Path, n: int, input_len: int, output_len: int) -> None:
+    from kit.bench import dataset
+
+    with path.open("w") as f:
+        for p in dataset.fixed(n, input_len, output_len):
+            f.write(json.dumps({"prompt": p.messages[0]["content"], "output_len": output_len}) + "\n")
+
+
+def run_kit(args: argparse.Namespace, data: Path, out: Path) -> dict[str, Any]:
+    argv = [sys.executable, "-m", "kit", "bench", "--url", args.url, "--dataset", str(data), "-n", str(args.n)]
+    argv += ["--output-len", str(args.output_len), "-c", str(args.c), "--warmup", "1", "-o", str(out), "--json"]
+    if args.api_key_file:
+        argv += ["--api-key-file", args.api_key_file]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        sys.exit(f"kit bench failed: {proc.stderr.strip()[-500:]}")
+    metrics: dict[str, Any] = json.loads(proc.stdout)["result"]["points"][0]["metrics"]
+    return metrics
+
+
+def run_vllm(args: argparse.Namespace, key: str | None, snapshot: str) -> dict[str, Any]:
+    argv = ["docker", "exec"] + (["-e", "OPENAI_API_KEY"] if key else []) + [args.head]
+    argv += ["vllm", "bench", "serve", "--backend", "openai-chat", "--base-url", args.url]
+    argv += ["--endpoint", "/v1/chat/completions", "--model", args.model, "--tokenizer", snapshot]
+    argv += ["--dataset-name", "random", "--random-input-len", str(args.vllm_input_len or args.input_len)]
+    argv += ["--random-output-len", str(args.output_len), "--random-range-ratio", "0", "--num-prompts", str(args.n)]
+    argv += ["--max-concurrency", str(args.c), "--request-rate", "inf", "--ignore-eos", "--num-warmups", "0"]
+    argv += ["--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99", "--disable-tqdm"]
+    argv += ["--save-result", "--save-detailed", "--result-dir", "/tmp", "--result-filename", "kit-vllm-bench.json"]
+    env = {**os.environ, **({"OPENAI_API_KEY": key} if key else {})}
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800, env=env)
+    if proc.returncode != 0:
+        sys.exit(f"vllm bench serve failed: {(proc.stdout + proc.stderr).strip()[-1500:]}")
+    raw = subprocess.run(
+        ["docker", "exec", args.head, "cat", "/tmp/kit-vllm-bench.json"], capture_output=True, text=True, check=True
+    ).stdout
+    doc: dict[str, Any] = json.loads(raw)
+    return doc
+
+
+def recompute(vllm_doc: dict[str, Any]) -> dict[str, float]:
+    """kit's metric code applied to vLLM's own per-request timelines (--save-detailed): the
+    largest relative difference from vLLM's summary over every metric both report."""
+    from kit.bench.metrics import RequestRecord, compute
+
+    records = []
+    for i, ttft in enumerate(vllm_doc["ttfts"]):
+        ok = not vllm_doc["errors"][i]
+        records.append(
+            RequestRecord(
+                index=i,
+                success=ok,
+                ttft=ttft or 0.0,
+                itl=list(vllm_doc["itls"][i]),
+                latency=vllm_doc["latencies"][i],
+                output_tokens=vllm_doc["output_lens"][i],
+                prompt_tokens=vllm_doc["input_lens"][i],
+            )
+        )
+    mine = compute(records, vllm_doc["duration"])
+    mine.update({k.replace("median_", "p50_"): v for k, v in mine.items() if k.startswith("median_")})
+    worst: dict[str, float] = {}
+    for key in METRICS + [f"p{p}_{m}_ms" for p in (50, 90) for m in ("ttft", "tpot", "itl", "e2el")]:
+        theirs = float(vllm_doc[key])
+        worst[key] = abs(float(mine[key]) - theirs) / abs(theirs) if theirs else abs(float(mine[key]))
+    return worst
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--head", required=True, help="the head container (vllm bench runs there)")
+    parser.add_argument("--api-key-file")
+    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--tokenizer", help="tokenizer path inside the container (default: the tiny model's)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("-n", type=int, default=16)
+    parser.add_argument("-c", type=int, default=2)
+    parser.add_argument("--input-len", type=int, default=32)
+    parser.add_argument("--output-len", type=int, default=32)
+    parser.add_argument(
+        "--vllm-input-len", type=int, help="vLLM's random prompt length in tokens (default: --input-len)"
+    )
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    key = Path(args.api_key_file).read_text().strip() if args.api_key_file else None
+    snapshot = (
+        args.tokenizer
+        or subprocess.run(
+            [
+                "docker",
+                "exec",
+                args.head,
+                "sh",
+                "-c",
+                "ls -d /root/.cache/huggingface/hub/models--kit--tiny-llama/snapshots/*",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()[0]
+    )
+    kit_runs: list[dict[str, Any]] = []
+    vllm_runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="kit-bench-vs-") as tmp:
+        data = Path(tmp) / "data.jsonl"
+        write_dataset(data, args.n, args.input_len, args.output_len)
+        for r in range(args.rounds):
+            order = ("kit", "vllm") if r % 2 == 0 else ("vllm", "kit")
+            for side in order:
+                print(f"round {r + 1}/{args.rounds}: {side}", file=sys.stderr)
+                if side == "kit":
+                    kit_runs.append(run_kit(args, data, Path(tmp) / f"kit{r}.json"))
+                else:
+                    vllm_runs.append(run_vllm(args, key, snapshot))
+    rows = []
+    for m in METRICS:
+        k = statistics.median(float(x[m]) for x in kit_runs)
+        v = statistics.median(float(x[m]) for x in vllm_runs)
+        # each round's kit run next to its vllm run: drift over minutes cancels within a pair
+        pairs = [float(a[m]) / float(b[m]) for a, b in zip(kit_runs, vllm_runs, strict=True) if float(b[m])]
+        paired = statistics.median(pairs) if pairs else None
+        rows.append({"metric": m, "kit": k, "vllm": v, "ratio": k / v if v else None, "paired_ratio": paired})
+    same_math = [recompute(doc) for doc in vllm_runs]
+    worst = max(max(d.values()) for d in same_math)
+    for doc in vllm_runs:  # keep the JSON small
+        for field in ("ttfts", "itls", "latencies", "generated_texts", "start_times", "queue_times", "errors"):
+            doc.pop(field, None)
+    if args.json:
+        out = {"load": vars(args), "rows": rows, "same_math_max_rel_diff": worst, "kit": kit_runs, "vllm": vllm_runs}
+        print(json.dumps(out, indent=1, default=str))
+        return
+    print(
+        f"same math: kit's metrics recomputed from vLLM's own per-request timelines differ from vLLM's "
+        f"summary by at most {worst:.2e} (relative, over {len(same_math[0])} metrics x {len(same_math)} runs)"
+    )
+    print(
+        f"{args.n} requests, concurrency {args.c}, {args.input_len} words in, {args.output_len} tokens out, "
+        f"{args.rounds} rounds each (medians)"
+    )
+    print(f"{'metric':<24}{'kit bench':>12}{'vllm bench':>12}{'kit/vllm':>10}{'paired':>10}")
+    for row in rows:
+        ratio = "-" if row["ratio"] is None else f"{row['ratio']:.3f}"
+        paired = "-" if row["paired_ratio"] is None else f"{row['paired_ratio']:.3f}"
+        flag = "" if row["paired_ratio"] is None or abs(row["paired_ratio"] - 1) <= 0.05 else "  (>5%)"
+        print(f"{row['metric']:<24}{row['kit']:>12.2f}{row['vllm']:>12.2f}{ratio:>10}{paired:>10}{flag}")
+
+
+if __name__ == "__main__":
+    main()

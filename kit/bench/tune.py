@@ -1,0 +1,167 @@
+"""`kit tune`'s pure pieces: candidate layouts, the resumable state, the ranking.
+
+A layout is TP × PP (× DP, reserved: vLLM's data parallel layouts come with the model.dp config
+key; until then DP must be 1). Each layout uses whole nodes: nodes = ceil(TP·PP·DP / GPUs per node).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kit.errors import ConfigError
+
+LAYOUT_RE = re.compile(r"^tp(\d+)(?:[-_,]?pp(\d+))?(?:[-_,]?dp(\d+))?$")
+
+
+@dataclass(frozen=True, order=True)
+class Layout:
+    tp: int
+    pp: int = 1
+    dp: int = 1
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    def nodes(self, gpus_per_node: int) -> int:
+        return math.ceil(self.gpus / gpus_per_node)
+
+    @property
+    def name(self) -> str:
+        return f"tp{self.tp}" + (f"-pp{self.pp}" if self.pp > 1 else "") + (f"-dp{self.dp}" if self.dp > 1 else "")
+
+    def overrides(self, gpus_per_node: int) -> dict[str, Any]:
+        """Config keys that give this layout (whole nodes; the GPUs of one node when smaller)."""
+        return {
+            "nodes": self.nodes(gpus_per_node),
+            "gpus_per_node": min(gpus_per_node, self.gpus),
+            "model.tp": self.tp,
+            "model.pp": self.pp,
+        }
+
+    @classmethod
+    def parse(cls, text: str) -> Layout:
+        m = LAYOUT_RE.match(text.strip().lower())
+        if not m:
+            raise ConfigError(f"{text!r} is not a layout", key="--layouts", hint="write layouts like tp1,tp2,tp2-pp2")
+        tp, pp, dp = (int(g) if g else 1 for g in m.groups())
+        if min(tp, pp, dp) < 1:
+            raise ConfigError(f"{text!r}: sizes must be at least 1", key="--layouts")
+        if dp > 1:
+            raise ConfigError(
+                f"{text!r}: data parallel layouts are not supported by kit yet",
+                key="--layouts",
+                hint="use TP/PP layouts (tp2, tp2-pp2)",
+            )
+        return cls(tp, pp, dp)
+
+
+def parse_layouts(text: str) -> list[Layout]:
+    seen: list[Layout] = []
+    for part in text.split(","):
+        if part.strip():
+            layout = Layout.parse(part)
+            if layout not in seen:
+                seen.append(layout)
+    if not seen:
+        raise ConfigError("no layout given", key="--layouts", hint="e.g. --layouts tp1,tp2")
+    return seen
+
+
+def candidates(
+    nodes: int,
+    gpus_per_node: int,
+    *,
+    accelerator: str = "gpu",
+    attention_heads: int | None = None,
+    kv_heads: int | None = None,
+) -> list[Layout]:
+    """Every TP × PP on 1..nodes whole nodes that vLLM can run: TP a power of two that divides the
+    head counts (when known); no PP on CPU (vLLM's CPU build asserts in PP across nodes,
+    FIELD_NOTES §7). Smallest first, so a short budget still measures the cheap layouts."""
+    out: list[Layout] = []
+    for n in range(1, nodes + 1):
+        total = n * gpus_per_node
+        tp = 1
+        while tp <= total:
+            if total % tp == 0:
+                pp = total // tp
+                fits_heads = all(h is None or h % tp == 0 for h in (attention_heads, kv_heads))
+                if fits_heads and not (accelerator == "cpu" and pp > 1):
+                    out.append(Layout(tp, pp))
+            tp *= 2
+    return sorted(set(out), key=lambda lay: (lay.gpus, lay.pp, lay.tp))
+
+
+def check_fits(layouts: Sequence[Layout], nodes: int, gpus_per_node: int) -> None:
+    for layout in layouts:
+        if layout.nodes(gpus_per_node) > nodes:
+            raise ConfigError(
+                f"layout {layout.name} needs {layout.gpus} GPUs ({layout.nodes(gpus_per_node)} nodes), "
+                f"the cluster has {nodes} node(s) x {gpus_per_node}",
+                key="--layouts",
+                hint="drop it or raise nodes",
+            )
+
+
+def state_key(parts: dict[str, Any]) -> str:
+    """What must match for finished layouts to be reused: the load, the image and the model."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def load_state(path: Path, key: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {"key": key, "layouts": {}}
+    if not isinstance(data, dict) or data.get("key") != key or not isinstance(data.get("layouts"), dict):
+        return {"key": key, "layouts": {}}
+    return data
+
+
+def rank(entries: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Measured layouts, best first: output token throughput, then lower median E2E latency.
+    A layout with failed requests ranks after every clean one."""
+    rows = []
+    for name, entry in entries.items():
+        m = (entry.get("point") or {}).get("metrics")
+        rows.append(
+            {
+                "layout": name,
+                "status": entry.get("status"),
+                "nodes": entry.get("nodes"),
+                "output_throughput": m["output_throughput"] if m else None,
+                "request_throughput": m["request_throughput"] if m else None,
+                "median_ttft_ms": m["median_ttft_ms"] if m else None,
+                "median_tpot_ms": m["median_tpot_ms"] if m else None,
+                "median_e2el_ms": m["median_e2el_ms"] if m else None,
+                "failed": (m["failed"] + m.get("not_sent", 0)) if m else None,
+                "ready_s": entry.get("ready_s"),
+                "error": entry.get("error"),
+            }
+        )
+
+    def order(row: dict[str, Any]) -> tuple[int, int, float, float]:
+        measured = row["status"] == "done" and row["output_throughput"] is not None
+        return (
+            0 if measured else 1,
+            0 if not row["failed"] else 1,
+            -(row["output_throughput"] or 0.0),
+            row["median_e2el_ms"] or math.inf,
+        )
+
+    return sorted(rows, key=order)
+
+
+def recommendation(ranking: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    best = ranking[0] if ranking else None
+    if best is None or best["status"] != "done" or best["failed"]:
+        return None
+    return best

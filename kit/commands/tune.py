@@ -1,0 +1,276 @@
+"""`kit tune`: bring the server up with each candidate layout on this host, run the same load,
+tear it down, and rank the layouts. Resumable (finished layouts are kept in a state file),
+bounded by a hard time budget, and it never leaves a server up that it started."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kit.bench import results
+from kit.bench.tune import Layout, candidates, check_fits, load_state, parse_layouts, rank, recommendation, state_key
+from kit.commands._common import config_options, json_option, model_heads, resolve_cluster
+from kit.commands.bench import build_load, load_options
+from kit.config import KitConfig, Resolved
+from kit.errors import ConfigError, KitError
+from kit.output import emit, progress, table
+from kit.plan.facts import HEAD, Role
+
+MIN_LAYOUT_S = 30  # a layout is not started with less budget left than this
+
+
+def parse_budget(text: str) -> float:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    if not m:
+        raise ConfigError(f"{text!r} is not a duration", key="--budget", hint="e.g. --budget 20m, 900s, 1h")
+    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
+def layout_config(config: KitConfig, layout: Layout, remaining: float) -> KitConfig:
+    o = layout.overrides(config.gpus_per_node)
+    model = dataclasses.replace(config.model, tp=o["model.tp"], pp=o["model.pp"])
+    cap = max(int(remaining), 1)
+    timeouts = dataclasses.replace(
+        config.timeouts, join=min(config.timeouts.join, cap), ready=min(config.timeouts.ready, cap)
+    )
+    return config.replace(nodes=o["nodes"], gpus_per_node=o["gpus_per_node"], model=model, timeouts=timeouts)
+
+
+def check_local(config: KitConfig) -> None:
+    """Every node of a layout starts on this host: one node, or the local simulation (network:)."""
+    if config.runtime != "docker":
+        raise ConfigError(
+            "kit tune starts nodes with Docker on this host", key="runtime", hint="use runtime: docker (or kit bench)"
+        )
+    if config.nodes > 1 and not config.network:
+        raise ConfigError(
+            "kit tune brings every node up on this host; with several real hosts it cannot",
+            key="network",
+            hint="tune on one node (nodes: 1), or the local simulation (network: NAME); compare hosts with kit bench",
+        )
+
+
+def serve_layout(resolved: Resolved, config: KitConfig, say: Callable[[str], None]) -> dict[str, Any]:
+    """kit up (workers, then the head) and kit serve, as `kit demo` does."""
+    from kit.commands.serve import serve_cluster
+    from kit.commands.up import plan_up, start_node
+    from kit.runtime import get_runtime
+
+    roles = [Role("worker", r) for r in range(config.nodes - 1, 0, -1)] + [HEAD]
+    for role in roles:
+        spec, net = plan_up(dataclasses.replace(resolved, config=config), role)
+        say(f"  kit up --{role.kind}: {spec.name} at {net.ip}")
+        start_node(config, spec, replace=True, wait=True, as_json=True)
+    return serve_cluster(config, get_runtime(config), on_progress=lambda line: None)
+
+
+@click.command(name="tune")
+@click.option("--layouts", help="Layouts to try, e.g. tp1,tp2,tp2-pp2 (default: every layout that fits).")
+@click.option("--budget", default="30m", show_default=True, help="Hard time limit for the whole run (s, m, h).")
+@click.option("--fresh", is_flag=True, help="Forget finished layouts of an earlier run with the same load.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), help="Where to save the results.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), help="Latency vs throughput PNG.")
+@load_options
+@config_options
+@json_option
+def command(
+    layouts: str | None,
+    budget: str,
+    fresh: bool,
+    output: Path | None,
+    plot_path: Path | None,
+    config_path: str | None,
+    cluster: str | None,
+    set_values: tuple[str, ...],
+    as_json: bool,
+    api_key_file: str | None,
+    **flags: Any,
+) -> None:
+    """Measure each layout of the cluster and recommend the fastest.
+
+    \b
+    For each layout (TP x PP on whole nodes): kit up the nodes it needs, kit serve, the same
+    load as `kit bench` (same flags), kit down. The ranking is by output tokens/s at the last
+    (heaviest) load point, then median latency. Finished layouts are kept in a state file, so
+    running it again after a Ctrl-C or an exhausted --budget measures only what is left
+    (--fresh starts over). Nothing it started is left running, whatever happens. Nodes start
+    on this host: one node, or the local multi-node simulation (network:).
+
+    \b
+    Examples:
+      kit tune --budget 20m
+      kit tune --layouts tp1,tp2 -n 32 --concurrency 4 --plot layouts.png
+    """
+    from kit.bench import measure
+    from kit.bench.runner import Target
+    from kit.client import read_key
+    from kit.output import LiveLine
+    from kit.runtime import get_runtime
+    from kit.state import state_dir
+
+    deadline = time.time() + parse_budget(budget)
+    load = build_load(flags)
+    resolved = resolve_cluster(config_path, cluster, set_values)
+    config = resolved.config
+    check_local(config)
+    heads, kv = model_heads(config)
+    chosen = (
+        parse_layouts(layouts)
+        if layouts
+        else candidates(
+            config.nodes, config.gpus_per_node, accelerator=config.accelerator, attention_heads=heads, kv_heads=kv
+        )
+    )
+    check_fits(chosen, config.nodes, config.gpus_per_node)
+    key = read_key(api_key_file or config.api_key_file)
+    rt = get_runtime(config)
+    if any(n.state == "running" for n in rt.find_nodes(config.cluster)):
+        raise KitError(
+            f"cluster {config.cluster} is running on this host",
+            hint="`kit down` first: kit tune starts each layout itself and leaves nothing running",
+        )
+
+    def say(text: str) -> None:
+        progress(text, as_json=as_json)
+
+    tune_key = state_key(
+        {"load": load.to_dict(), "image": config.image, "model": config.model.id, "gpn": config.gpus_per_node}
+    )
+    state_path = state_dir() / "tune" / f"{config.cluster}.json"
+    state: dict[str, Any] = {"key": tune_key, "layouts": {}} if fresh else load_state(state_path, tune_key)
+    save_to = output or results.default_path(state_dir(), f"tune-{config.cluster}")
+    doc = results.new_document(target={"url": None, "model": config.served_name}, load=load.to_dict(), cluster=None)
+    doc["kind_detail"] = "tune"
+    # SIGTERM (a job scheduler, `kill`) unwinds like Ctrl-C, so the finally below tears down.
+    measure.interrupt_on_sigterm()
+    say(f"kit tune: {len(chosen)} layout(s) {', '.join(lay.name for lay in chosen)}; budget {budget}")
+    for layout in chosen:
+        entry = state["layouts"].get(layout.name)
+        if entry and entry.get("status") in ("done", "failed"):
+            say(f"{layout.name}: {entry['status']} in an earlier run (kept; --fresh measures it again)")
+            doc["points"].extend(entry.get("points") or ([entry["point"]] if entry.get("point") else []))
+            continue
+        remaining = deadline - time.time()
+        nodes = layout.nodes(config.gpus_per_node)
+        if remaining < MIN_LAYOUT_S:
+            state["layouts"][layout.name] = {"status": "skipped", "nodes": nodes, "error": "time budget used up"}
+            say(f"{layout.name}: skipped (time budget used up)")
+            continue
+        lconf = layout_config(config, layout, remaining)
+        say(f"{layout.name}: {nodes} node(s), TP={layout.tp} PP={layout.pp}")
+        started = time.monotonic()
+        record: dict[str, Any] = {"status": "failed", "nodes": nodes}
+        try:
+            served = serve_layout(resolved, lconf, say)
+            record["ready_s"] = round(time.monotonic() - started, 1)
+            say(f"  serving at {served['url']} after {record['ready_s']} s; measuring")
+            from kit.commands.bench import cluster_info
+
+            version = measure.server_version(served["url"], key)
+            target = Target(
+                base_url=served["url"],
+                model=config.served_name,
+                api_key=key,
+                ignore_eos=flags["ignore_eos"],
+                timeout_s=flags["request_timeout"],
+            )
+            layout_doc = results.new_document(
+                target={"url": served["url"], "model": config.served_name},
+                load=load.to_dict(),
+                cluster=cluster_info(lconf, served["url"], version),
+            )
+            stopped = measure.run_load(
+                target,
+                load,
+                layout_doc,
+                save_to=None,
+                live=LiveLine(as_json=as_json),
+                layout=layout.name,
+                deadline=deadline,
+            )
+            for point in layout_doc["points"]:
+                point["cluster"] = layout_doc["cluster"]
+            doc["points"].extend(layout_doc["points"])
+            if doc["cluster"] is None:
+                doc["cluster"] = {k: v for k, v in layout_doc["cluster"].items() if k != "plan"}
+            # ranked at the last (heaviest) load point; every point goes into the plot
+            point = layout_doc["points"][-1] if layout_doc["points"] else None
+            record.update(
+                {
+                    "point": point,
+                    "points": layout_doc["points"],
+                    "status": "done" if not stopped else "partial",
+                    "error": stopped,
+                }
+            )
+        except KitError as err:
+            record["error"] = err.message
+            if time.time() >= deadline - 1:  # cut short by the budget: measured again next run
+                record.update({"status": "skipped", "error": f"time budget ran out ({err.message})"})
+            say(f"  {layout.name} {record['status']}: {err.message}")
+        except BaseException:
+            record.update({"status": "interrupted", "error": "interrupted"})
+            raise
+        finally:
+            rt.remove_cluster(config.cluster)  # never leave a server up that kit tune started
+            record["seconds"] = round(time.monotonic() - started, 1)
+            state["layouts"][layout.name] = record
+            results.save(state, state_path)
+        say(f"  {layout.name}: torn down ({record['status']}, {record['seconds']} s)")
+    ranking = rank({lay.name: state["layouts"][lay.name] for lay in chosen if lay.name in state["layouts"]})
+    best = recommendation(ranking)
+    doc["ranking"] = ranking
+    doc["recommendation"] = best["layout"] if best else None
+    doc["complete"] = all(r["status"] == "done" for r in ranking)
+    results.save(doc, save_to)
+    if plot_path and doc["points"]:
+        from kit.bench.plot import plot
+
+        plot([doc], [config.cluster], plot_path, title="kit tune: latency vs throughput per layout")
+
+    def text() -> str:
+        rows = [
+            [
+                i + 1,
+                r["layout"],
+                r["nodes"],
+                r["status"],
+                results.fmt(r["output_throughput"]),
+                results.fmt(r["request_throughput"]),
+                results.fmt(r["median_ttft_ms"]),
+                results.fmt(r["median_tpot_ms"]),
+                results.fmt(r["median_e2el_ms"]),
+                results.fmt(r["ready_s"]),
+                (r["error"] or "")[:60],
+            ]
+            for i, r in enumerate(ranking)
+        ]
+        head = [
+            "#",
+            "layout",
+            "nodes",
+            "status",
+            "out tok/s",
+            "req/s",
+            "TTFT p50",
+            "TPOT p50",
+            "E2E p50",
+            "ready s",
+            "note",
+        ]
+        rec = (
+            f"recommended: {best['layout']} ({results.fmt(best['output_throughput'])} output tokens/s)"
+            if best
+            else "no recommendation: no layout finished cleanly"
+        )
+        return "\n".join(
+            [table(head, rows), rec, f"saved to {save_to}"] + ([f"plot: {plot_path}"] if plot_path else [])
+        )
+
+    emit("tune", {**doc, "saved_to": str(save_to), "state": str(state_path)}, as_json=as_json, text=text)

@@ -1,0 +1,404 @@
+"""kit bench's pure pieces: metric math on hand-made timelines (checked against the formulas of
+`vllm bench serve`), percentiles against numpy's, the dataset parsers, the schedule, compare;
+and the runner against a small real HTTP server that streams like vLLM (SSE, usage last)."""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from kit.bench import dataset, metrics, results, schedule
+from kit.bench.metrics import RequestRecord
+from kit.bench.runner import Runner, SSEBuffer, Target
+from kit.errors import ConfigError
+
+# ---------------------------------------------------------------- metrics
+
+
+def rec(i: int, ttft: float, gaps: list[float], out: int | None, prompt: int = 10, ok: bool = True) -> RequestRecord:
+    r = RequestRecord(index=i, success=ok, ttft=ttft, itl=list(gaps), output_tokens=out, prompt_tokens=prompt)
+    r.latency = ttft + sum(gaps)
+    r.chunks = 1 + len(gaps)
+    return r
+
+
+def test_metrics_follow_vllm_definitions() -> None:
+    a = rec(0, 0.100, [0.010, 0.020, 0.030], 4)  # latency 0.16, TPOT = 0.06 / 3
+    b = rec(1, 0.200, [0.050], 2)  # latency 0.25, TPOT = 0.05
+    c = rec(2, 0.300, [], 1)  # one token: no TPOT, no ITL
+    d = RequestRecord(index=3, success=False, error="HTTP 500")
+    m = metrics.compute([a, b, c, d], duration_s=2.0)
+    assert m["completed"] == 3 and m["failed"] == 1 and m["errors"] == {"HTTP 500": 1}
+    assert m["total_output_tokens"] == 7 and m["total_input_tokens"] == 30
+    assert m["request_throughput"] == pytest.approx(1.5)
+    assert m["output_throughput"] == pytest.approx(3.5)
+    assert m["total_token_throughput"] == pytest.approx(18.5)
+    assert m["mean_ttft_ms"] == pytest.approx(200.0)
+    assert m["median_ttft_ms"] == pytest.approx(200.0)
+    assert m["mean_tpot_ms"] == pytest.approx((20.0 + 50.0) / 2)  # c excluded: one token only
+    assert m["mean_itl_ms"] == pytest.approx((10 + 20 + 30 + 50) / 4)
+    assert m["mean_e2el_ms"] == pytest.approx((160 + 250 + 300) / 3)
+    assert m["std_ttft_ms"] == pytest.approx(math.sqrt(((100 - 200) ** 2 + 0 + 100**2) / 3))
+
+
+def test_output_tokens_come_from_usage_not_chunks() -> None:
+    r = rec(0, 0.1, [0.1], 5)  # 2 chunks (a chunk may carry several tokens), usage says 5
+    m = metrics.compute([r], duration_s=1.0)
+    assert m["total_output_tokens"] == 5
+    assert m["mean_tpot_ms"] == pytest.approx(100 / 4)
+    no_usage = rec(0, 0.1, [0.1, 0.1], None)
+    assert metrics.compute([no_usage], 1.0)["total_output_tokens"] == 3  # fallback: chunks
+
+
+def test_percentiles_match_numpy_linear() -> None:
+    np = pytest.importorskip("numpy")
+    values = [0.3, 0.1, 0.7, 0.2, 0.9, 0.05, 0.4]
+    for p in (0, 1, 50, 90, 99, 100):
+        assert metrics.percentile(values, p) == pytest.approx(float(np.percentile(values, p)))
+    assert metrics.std(values) == pytest.approx(float(np.std(values)))
+    assert metrics.percentile([], 99) == 0.0
+
+
+def test_no_success_gives_zeros_not_crashes() -> None:
+    m = metrics.compute([RequestRecord(index=0, error="x")], duration_s=1.0)
+    assert m["completed"] == 0 and m["median_ttft_ms"] == 0.0 and m["output_throughput"] == 0.0
+
+
+# ---------------------------------------------------------------- schedule
+
+
+def test_arrivals_poisson_rescaled_like_vllm() -> None:
+    times = schedule.arrivals(50, rate=5.0, seed=1)
+    assert times == sorted(times) and times[-1] == pytest.approx(50 / 5.0)
+    assert schedule.arrivals(3, float("inf")) == [0.0, 0.0, 0.0]
+    assert schedule.arrivals(4, 2.0, seed=3) == schedule.arrivals(4, 2.0, seed=3)
+
+
+def test_sweep_points() -> None:
+    assert [p.concurrency for p in schedule.sweep(None, "1,2,4")] == [1, 2, 4]
+    pts = schedule.sweep("1,inf", None)
+    assert [p.rate for p in pts] == [1.0, float("inf")] and pts[0].concurrency is None
+    assert schedule.sweep(None, None)[0].concurrency == 1
+    with pytest.raises(ConfigError, match="--concurrency"):
+        schedule.sweep(None, "2,x")
+    with pytest.raises(ConfigError, match="must be > 0"):
+        schedule.sweep("0", None)
+
+
+# ---------------------------------------------------------------- datasets
+
+
+def test_fixed_and_random_datasets() -> None:
+    fixed = dataset.fixed(4, 12, 8)
+    assert [p.output_len for p in fixed] == [8] * 4
+    assert all(len(p.messages[0]["content"].split()) == 12 for p in fixed)
+    assert len({p.messages[0]["content"].split()[0] for p in fixed}) == 4  # no shared prefix
+    rnd = dataset.random_lengths(30, 20, 10, 0.5, seed=2)
+    assert all(5 <= p.output_len <= 15 and 10 <= p.input_len <= 30 for p in rnd)
+    assert rnd == dataset.random_lengths(30, 20, 10, 0.5, seed=2)
+
+
+def test_jsonl_and_sharegpt_files(tmp_path: Path) -> None:
+    jsonl = tmp_path / "p.jsonl"
+    jsonl.write_text(
+        '{"prompt": "hi there", "output_len": 5}\n\n'
+        '{"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "x"}]}\n'
+    )
+    got = dataset.load_file(jsonl, 3, default_output=7)
+    assert [p.output_len for p in got] == [5, 7, 5]
+    assert got[1].messages[0] == {"role": "system", "content": "be brief"}
+    share = tmp_path / "s.json"
+    share.write_text(json.dumps([{"conversations": [{"from": "human", "value": "q?"}, {"from": "gpt", "value": "a"}]}]))
+    assert dataset.load_file(share, None, 4)[0].messages == ({"role": "user", "content": "q?"},)
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ('{"prompt": "ok"}\n{"prompt": \n', r"p\.jsonl:2: not valid JSON"),
+        ('{"text": "no prompt"}\n', r"p\.jsonl:1: no \"prompt\""),
+        ('{"prompt": "x", "output_len": 0}\n', "output_len must be a positive integer"),
+        ('{"messages": [{"role": "user"}]}\n', '"messages" must be'),
+        ("[1, 2]", "expected a JSON object"),
+        ("\n\n", "no prompts"),
+    ],
+)
+def test_malformed_dataset_is_one_config_error(tmp_path: Path, text: str, match: str) -> None:
+    bad = tmp_path / "p.jsonl"
+    bad.write_text(text)
+    with pytest.raises(ConfigError, match=match) as info:
+        dataset.load_file(bad, 2, 4)
+    assert "\n" not in info.value.message
+
+
+# ---------------------------------------------------------------- SSE parsing
+
+
+def test_sse_buffer_splits_across_chunks() -> None:
+    buf = SSEBuffer()
+    assert buf.add(b'data: {"a": 1}\n\nda') == ['data: {"a": 1}']
+    assert buf.add(b'ta: {"b": 2}\n\n: ping\n\ndata: [DONE]\n\n') == ['data: {"b": 2}', ": ping", "data: [DONE]"]
+    assert buf.add("data: é".encode()[:-1]) == [] and buf.add("é".encode()[-1:] + b"\n\n") == ["data: é"]
+
+
+# ---------------------------------------------------------------- a real streaming server
+
+
+class FakeVLLM(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # as uvicorn does; else delayed ACKs bundle the chunks
+    key = "sk-test"
+    token_delay = 0.005
+    die_after: int | None = None
+    served = 0
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _json(self, code: int, doc: Any) -> None:
+        body = json.dumps(doc).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _authorized(self) -> bool:
+        if self.headers.get("Authorization") != f"Bearer {self.key}":
+            self._json(401, {"error": "Unauthorized"})
+            return False
+        return True
+
+    def do_GET(self) -> None:
+        if self.path == "/version":
+            self._json(200, {"version": "0.32.0-fake"})
+        elif self._authorized():
+            self._json(200, {"data": [{"id": "tiny"}]})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        if not self._authorized():
+            return
+        cls = type(self)
+        cls.served += 1
+        if cls.die_after is not None and cls.served > cls.die_after:
+            self.connection.shutdown(socket.SHUT_RDWR)  # the server is gone: connections drop
+            self.close_connection = True
+            return
+        n = body["max_completion_tokens"]
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+
+        def send(data: str) -> None:
+            raw = f"data: {data}\n\n".encode()
+            self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
+            self.wfile.flush()
+
+        send(json.dumps({"choices": [{"delta": {"role": "assistant", "content": ""}}]}))
+        for _ in range(n):
+            time.sleep(self.token_delay)
+            send(json.dumps({"choices": [{"delta": {"content": " w"}}]}))
+        send(json.dumps({"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": n}}))
+        send("[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+
+
+@pytest.fixture
+def fake_server() -> Iterator[str]:
+    FakeVLLM.served = 0
+    FakeVLLM.die_after = None
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeVLLM)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_runner_measures_a_streaming_server(fake_server: str) -> None:
+    runner = Runner(Target(fake_server, "tiny", api_key="sk-test"))
+    prompts = dataset.fixed(6, 4, 5)
+    run = runner.run(prompts, schedule.LoadPoint(float("inf"), 2))
+    assert run.stopped is None and run.not_sent == 0
+    m = metrics.compute(run.records, run.duration)
+    assert m["completed"] == 6 and m["total_output_tokens"] == 30 and m["total_input_tokens"] == 54
+    for r in run.records:
+        assert 0 < r.ttft <= r.latency and len(r.itl) == 5  # the role chunk is the first "token"
+        assert r.latency == pytest.approx(r.ttft + sum(r.itl))
+    assert 4.0 <= m["median_itl_ms"] < 30.0
+
+
+def test_runner_stops_when_the_server_dies(fake_server: str) -> None:
+    FakeVLLM.die_after = 3
+    runner = Runner(Target(fake_server, "tiny", api_key="sk-test"))
+    run = runner.run(dataset.fixed(10, 4, 3), schedule.LoadPoint(float("inf"), 1))
+    assert run.stopped and "stopped answering" in run.stopped
+    assert sum(r.success for r in run.records) == 3 and run.not_sent >= 5
+
+
+def test_cli_bench_saves_compares_and_fails_clearly(fake_server: str, tmp_path: Path) -> None:
+    from kit.cli import cli
+
+    key = tmp_path / "key"
+    key.write_text("sk-test\n")
+    env = {"KIT_STATE_DIR": str(tmp_path / "state")}
+    runner = CliRunner()
+    base = ["bench", "--url", fake_server, "--api-key-file", str(key), "-n", "4", "--output-len", "3", "--json"]
+    a = runner.invoke(cli, [*base, "-o", str(tmp_path / "a.json")], env=env)
+    assert a.exit_code == 0, a.output
+    doc = json.loads(a.output)["result"]
+    assert doc["complete"] and doc["points"][0]["metrics"]["total_output_tokens"] == 12
+    assert doc["cluster"]["versions"]["vllm"] == "0.32.0-fake"
+    assert "sk-test" not in (tmp_path / "a.json").read_text()
+    b = runner.invoke(cli, [*base, "-o", str(tmp_path / "b.json")], env=env)
+    assert b.exit_code == 0
+    cmp = runner.invoke(cli, ["bench", "--compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")])
+    assert cmp.exit_code == 0 and "B/A" in cmp.output and "median_ttft_ms" in cmp.output
+    rows = results.compare(results.load(tmp_path / "a.json"), results.load(tmp_path / "b.json"))
+    assert {r["metric"] for r in rows} >= {"output_throughput", "p99_e2el_ms"}
+
+
+def test_compare_ratios_and_direction() -> None:
+    def doc(tput: float, ttft: float) -> dict[str, Any]:
+        return {
+            "kind": "kit-bench",
+            "target": {},
+            "points": [
+                {"rate": None, "concurrency": 2, "metrics": {"output_throughput": tput, "median_ttft_ms": ttft}}
+            ],
+        }
+
+    rows = {r["metric"]: r for r in results.compare(doc(100, 50), doc(150, 25))}
+    assert rows["output_throughput"]["ratio"] == pytest.approx(1.5) and rows["output_throughput"]["b_better"]
+    assert rows["median_ttft_ms"]["ratio"] == pytest.approx(0.5) and rows["median_ttft_ms"]["b_better"]
+    assert results.compare(doc(1, 1), {**doc(1, 1), "points": []}) == []
+
+
+# ---------------------------------------------------------------- kit tune's pure pieces
+
+
+def test_layout_parsing_and_candidates() -> None:
+    from kit.bench.tune import Layout, candidates, check_fits, parse_layouts
+
+    assert parse_layouts("tp1, tp2,tp2-pp2,tp1") == [Layout(1), Layout(2), Layout(2, 2)]
+    assert Layout(2, 2).name == "tp2-pp2" and Layout(4).nodes(2) == 2
+    assert Layout(2).overrides(1) == {"nodes": 2, "gpus_per_node": 1, "model.tp": 2, "model.pp": 1}
+    with pytest.raises(ConfigError, match="not a layout"):
+        parse_layouts("tp")
+    with pytest.raises(ConfigError, match="data parallel"):
+        parse_layouts("tp1-dp2")
+    assert candidates(2, 1, accelerator="cpu") == [Layout(1), Layout(2)]  # no PP on CPU
+    assert candidates(2, 1) == [Layout(1), Layout(2), Layout(1, 2)]
+    assert Layout(8) not in candidates(2, 4, attention_heads=12, kv_heads=4)  # 8 does not divide 12
+    with pytest.raises(ConfigError, match="needs 4 GPUs"):
+        check_fits([Layout(4)], 2, 1)
+
+
+def test_tune_ranking_and_state(tmp_path: Path) -> None:
+    from kit.bench.tune import load_state, rank, recommendation, state_key
+
+    def entry(tput: float, e2e: float, failed: int = 0, status: str = "done") -> dict[str, Any]:
+        m = {"output_throughput": tput, "request_throughput": 1.0, "median_ttft_ms": 1.0, "median_tpot_ms": 1.0}
+        return {"status": status, "nodes": 1, "point": {"metrics": {**m, "median_e2el_ms": e2e, "failed": failed}}}
+
+    ranking = rank(
+        {
+            "tp1": entry(100, 50),
+            "tp2": entry(120, 80),
+            "tp4": entry(500, 10, failed=2),
+            "tp8": {"status": "failed", "error": "did not start"},
+        }
+    )
+    assert [r["layout"] for r in ranking] == ["tp2", "tp1", "tp4", "tp8"]
+    assert recommendation(ranking)["layout"] == "tp2"  # type: ignore[index]
+    assert recommendation(rank({"tp8": {"status": "failed"}})) is None
+    key = state_key({"load": 1})
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"key": key, "layouts": {"tp1": {"status": "done"}}}))
+    assert load_state(path, key)["layouts"] == {"tp1": {"status": "done"}}
+    assert load_state(path, state_key({"load": 2}))["layouts"] == {}  # another load: start over
+
+
+def test_budget_parsing() -> None:
+    from kit.commands.tune import parse_budget
+
+    assert parse_budget("20m") == 1200 and parse_budget("90") == 90 and parse_budget("1.5h") == 5400
+    with pytest.raises(ConfigError, match="--budget"):
+        parse_budget("soon")
+
+
+def test_runner_paces_a_request_rate(fake_server: str) -> None:
+    runner = Runner(Target(fake_server, "tiny", api_key="sk-test"))
+    run = runner.run(dataset.fixed(8, 2, 2), schedule.LoadPoint(40.0, None), seed=5, burstiness=0.5)
+    starts = sorted(r.start for r in run.records)
+    offsets = schedule.arrivals(8, 40.0, 0.5, seed=5)
+    assert len(run.records) == 8 and all(r.success for r in run.records)
+    assert starts[-1] - starts[0] == pytest.approx(offsets[-1] - offsets[0], abs=0.05)  # sent on schedule
+    assert run.duration >= 8 / 40.0
+
+
+def test_sigterm_saves_the_partial_point(fake_server: str, tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    key = tmp_path / "key"
+    key.write_text("sk-test\n")
+    out = tmp_path / "partial.json"
+    argv = [sys.executable, "-m", "kit", "bench", "--url", fake_server, "--api-key-file", str(key), "-n", "500"]
+    env = {**os.environ, "KIT_STATE_DIR": str(tmp_path / "state")}
+    proc = subprocess.Popen([*argv, "-c", "1", "--output-len", "20", "-o", str(out)], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    deadline = time.monotonic() + 30
+    while FakeVLLM.served < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    doc = json.loads(out.read_text())
+    m = doc["points"][0]["metrics"]
+    assert doc["error"] == "interrupted" and not doc["complete"]
+    assert m["completed"] >= 2 and m["completed"] + m["failed"] + m["not_sent"] == 500
+
+
+def test_plot_without_matplotlib_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import sys
+
+    from kit.cli import main
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    with pytest.raises(SystemExit) as info:
+        main(["bench", "--url", "http://127.0.0.1:9", "--plot", str(tmp_path / "x.png")])
+    assert info.value.code == 2
+    with pytest.raises(SystemExit):
+        main(["bench", "--plot", str(tmp_path / "x.png"), "--from", str(tmp_path / "none.json")])
+
+
+def test_plot_from_saved_results(tmp_path: Path) -> None:
+    mpimg = pytest.importorskip("matplotlib.image")
+    from kit.bench.plot import plot
+
+    def doc(layout: str, scale: float) -> dict[str, Any]:
+        points = []
+        for c in (1, 2, 4):
+            m = {"completed": 4, "output_throughput": 10.0 * c * scale}
+            m.update({"median_ttft_ms": 5.0 * c, "median_tpot_ms": 2.0 + c, "median_e2el_ms": 50.0 * c / scale})
+            points.append({"rate": None, "concurrency": c, "layout": layout, "metrics": m})
+        return {"kind": "kit-bench", "points": points}
+
+    png = plot([doc("tp1", 1.0), doc("tp2", 2.0)], ["a", "b"], tmp_path / "p.png")
+    image = mpimg.imread(str(png))
+    assert image.shape[:2] == (380, 1200) and image.std() > 0.01
