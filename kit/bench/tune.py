@@ -1,7 +1,8 @@
 """`kit tune`'s pure pieces: candidate layouts, the resumable state, the ranking.
 
-A layout is TP × PP (× DP, reserved: vLLM's data parallel layouts come with the model.dp config
-key; until then DP must be 1). Each layout uses whole nodes: nodes = ceil(TP·PP·DP / GPUs per node).
+A layout is TP × PP × DP, with expert parallelism on or off (`tp1-dp2`, `tp1-dp4-ep`): the
+config keys model.tp, model.pp, model.dp and model.ep. Each layout uses whole nodes:
+nodes = ceil(TP·PP·DP / GPUs per node), and a DP replica (TP×PP GPUs) stays inside one node.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 from kit.errors import ConfigError
 
-LAYOUT_RE = re.compile(r"^tp(\d+)(?:[-_,]?pp(\d+))?(?:[-_,]?dp(\d+))?$")
+LAYOUT_RE = re.compile(r"^tp(\d+)(?:[-_]?pp(\d+))?(?:[-_]?dp(\d+))?([-_]?ep)?$")
 
 
 @dataclass(frozen=True, order=True)
@@ -25,6 +26,7 @@ class Layout:
     tp: int
     pp: int = 1
     dp: int = 1
+    ep: bool = False
 
     @property
     def gpus(self) -> int:
@@ -35,7 +37,8 @@ class Layout:
 
     @property
     def name(self) -> str:
-        return f"tp{self.tp}" + (f"-pp{self.pp}" if self.pp > 1 else "") + (f"-dp{self.dp}" if self.dp > 1 else "")
+        name = f"tp{self.tp}" + (f"-pp{self.pp}" if self.pp > 1 else "") + (f"-dp{self.dp}" if self.dp > 1 else "")
+        return name + ("-ep" if self.ep else "")
 
     def overrides(self, gpus_per_node: int) -> dict[str, Any]:
         """Config keys that give this layout (whole nodes; the GPUs of one node when smaller)."""
@@ -44,23 +47,23 @@ class Layout:
             "gpus_per_node": min(gpus_per_node, self.gpus),
             "model.tp": self.tp,
             "model.pp": self.pp,
+            "model.dp": self.dp,
+            "model.ep": self.ep,
         }
 
     @classmethod
     def parse(cls, text: str) -> Layout:
         m = LAYOUT_RE.match(text.strip().lower())
         if not m:
-            raise ConfigError(f"{text!r} is not a layout", key="--layouts", hint="write layouts like tp1,tp2,tp2-pp2")
-        tp, pp, dp = (int(g) if g else 1 for g in m.groups())
+            raise ConfigError(
+                f"{text!r} is not a layout",
+                key="--layouts",
+                hint="write layouts like tp1,tp2,tp2-pp2,tp1-dp2,tp1-dp4-ep",
+            )
+        tp, pp, dp = (int(g) if g else 1 for g in m.groups()[:3])
         if min(tp, pp, dp) < 1:
             raise ConfigError(f"{text!r}: sizes must be at least 1", key="--layouts")
-        if dp > 1:
-            raise ConfigError(
-                f"{text!r}: data parallel layouts are not supported by kit yet",
-                key="--layouts",
-                hint="use TP/PP layouts (tp2, tp2-pp2)",
-            )
-        return cls(tp, pp, dp)
+        return cls(tp, pp, dp, ep=bool(m.group(4)))
 
 
 def parse_layouts(text: str) -> list[Layout]:
@@ -80,24 +83,36 @@ def candidates(
     gpus_per_node: int,
     *,
     accelerator: str = "gpu",
+    backend: str = "mp",
     attention_heads: int | None = None,
     kv_heads: int | None = None,
+    experts: int | None = None,
 ) -> list[Layout]:
-    """Every TP × PP on 1..nodes whole nodes that vLLM can run: TP a power of two that divides the
-    head counts (when known); no PP on CPU (vLLM's CPU build asserts in PP across nodes,
-    FIELD_NOTES §7). Smallest first, so a short budget still measures the cheap layouts."""
+    """Every layout on 1..nodes whole nodes that vLLM can run. TP × PP: TP a power of two that
+    divides the head counts (when known); no PP on CPU (vLLM's CPU build asserts in PP across
+    nodes, FIELD_NOTES §7). Data parallel: replicas of TP GPUs inside a node, DP ranks spread
+    evenly over the nodes (not on CPU with the Ray backend, which kit refuses); with EP too when
+    the model has experts that split over TP×DP, except on CPU, where vLLM's EP fails on the first
+    request (tests/integration/test_dp.py). Smallest first, so a short budget still measures the
+    cheap layouts."""
     out: list[Layout] = []
     for n in range(1, nodes + 1):
         total = n * gpus_per_node
         tp = 1
         while tp <= total:
-            if total % tp == 0:
+            fits_heads = all(h is None or h % tp == 0 for h in (attention_heads, kv_heads))
+            if total % tp == 0 and fits_heads:
                 pp = total // tp
-                fits_heads = all(h is None or h % tp == 0 for h in (attention_heads, kv_heads))
-                if fits_heads and not (accelerator == "cpu" and pp > 1):
+                if not (accelerator == "cpu" and pp > 1):
                     out.append(Layout(tp, pp))
+                dp = total // tp
+                dp_ok = dp > 1 and tp <= gpus_per_node and dp % n == 0
+                if dp_ok and not (accelerator == "cpu" and backend == "ray"):
+                    out.append(Layout(tp, 1, dp))
+                    if experts and experts % (tp * dp) == 0 and accelerator != "cpu":
+                        out.append(Layout(tp, 1, dp, ep=True))
             tp *= 2
-    return sorted(set(out), key=lambda lay: (lay.gpus, lay.pp, lay.tp))
+    return sorted(set(out), key=lambda lay: (lay.gpus, lay.pp, lay.dp, lay.ep, lay.tp))
 
 
 def check_fits(layouts: Sequence[Layout], nodes: int, gpus_per_node: int) -> None:

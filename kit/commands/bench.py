@@ -94,6 +94,8 @@ def cluster_info(config: KitConfig, url: str, server_version: str | None) -> dic
         "plan": {
             "tp": config.tp,
             "pp": config.pp,
+            "dp": config.dp,
+            "ep": config.model.ep,
             "nodes": config.nodes,
             "gpus_per_node": config.gpus_per_node,
             "backend": config.backend,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ import click
 
 from kit.bench import results
 from kit.bench.tune import Layout, candidates, check_fits, load_state, parse_layouts, rank, recommendation, state_key
-from kit.commands._common import config_options, json_option, model_heads, resolve_cluster
+from kit.commands._common import config_options, json_option, model_experts, model_heads, resolve_cluster
 from kit.commands.bench import build_load, load_options
 from kit.config import KitConfig, Resolved
 from kit.errors import ConfigError, KitError
@@ -34,12 +34,26 @@ def parse_budget(text: str) -> float:
 
 def layout_config(config: KitConfig, layout: Layout, remaining: float) -> KitConfig:
     o = layout.overrides(config.gpus_per_node)
-    model = dataclasses.replace(config.model, tp=o["model.tp"], pp=o["model.pp"])
+    model = dataclasses.replace(config.model, tp=o["model.tp"], pp=o["model.pp"], dp=o["model.dp"], ep=o["model.ep"])
     cap = max(int(remaining), 1)
     timeouts = dataclasses.replace(
         config.timeouts, join=min(config.timeouts.join, cap), ready=min(config.timeouts.ready, cap)
     )
     return config.replace(nodes=o["nodes"], gpus_per_node=o["gpus_per_node"], model=model, timeouts=timeouts)
+
+
+def check_layout(
+    config: KitConfig, sources: Mapping[str, str], layout: Layout, heads: int | None, kv: int | None
+) -> None:
+    """The plan checks `kit up` makes, for this layout, naming the layout in the error."""
+    from kit.plan.topology import check_config
+
+    lconf = layout_config(config, layout, config.timeouts.ready)
+    experts = model_experts(lconf) if layout.ep else None
+    try:
+        check_config(lconf, {}, attention_heads=heads, kv_heads=kv, experts=experts)
+    except ConfigError as err:
+        raise ConfigError(f"layout {layout.name}: {err.message}", key="--layouts", hint=err.hint) from None
 
 
 def check_local(config: KitConfig) -> None:
@@ -71,7 +85,7 @@ def serve_layout(resolved: Resolved, config: KitConfig, say: Callable[[str], Non
 
 
 @click.command(name="tune")
-@click.option("--layouts", help="Layouts to try, e.g. tp1,tp2,tp2-pp2 (default: every layout that fits).")
+@click.option("--layouts", help="Layouts to try, e.g. tp1,tp2,tp2-pp2,tp1-dp2 (default: every layout that fits).")
 @click.option("--budget", default="30m", show_default=True, help="Hard time limit for the whole run (s, m, h).")
 @click.option("--fresh", is_flag=True, help="Forget finished layouts of an earlier run with the same load.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), help="Where to save the results.")
@@ -95,17 +109,18 @@ def command(
     """Measure each layout of the cluster and recommend the fastest.
 
     \b
-    For each layout (TP x PP on whole nodes): kit up the nodes it needs, kit serve, the same
-    load as `kit bench` (same flags), kit down. The ranking is by output tokens/s at the last
-    (heaviest) load point, then median latency. Finished layouts are kept in a state file, so
-    running it again after a Ctrl-C or an exhausted --budget measures only what is left
-    (--fresh starts over). Nothing it started is left running, whatever happens. Nodes start
+    For each layout (TP x PP, and DP/EP: tp1-dp2, tp1-dp4-ep; on whole nodes): kit up the
+    nodes it needs, kit serve, the same load as `kit bench` (same flags), kit down. The
+    ranking is by output tokens/s at the last (heaviest) load point, then median latency.
+    Finished layouts are kept in a state file, so running it again after a Ctrl-C or an
+    exhausted --budget measures only what is left (--fresh starts over). Nothing it started
+    is left running, whatever happens. Nodes start
     on this host: one node, or the local multi-node simulation (network:).
 
     \b
     Examples:
       kit tune --budget 20m
-      kit tune --layouts tp1,tp2 -n 32 --concurrency 4 --plot layouts.png
+      kit tune --layouts tp1,tp2,tp1-dp2 -n 32 --concurrency 4 --plot layouts.png
     """
     from kit.bench import measure
     from kit.bench.runner import Target
@@ -124,10 +139,18 @@ def command(
         parse_layouts(layouts)
         if layouts
         else candidates(
-            config.nodes, config.gpus_per_node, accelerator=config.accelerator, attention_heads=heads, kv_heads=kv
+            config.nodes,
+            config.gpus_per_node,
+            accelerator=config.accelerator,
+            backend=config.backend,
+            attention_heads=heads,
+            kv_heads=kv,
+            experts=model_experts(config),
         )
     )
     check_fits(chosen, config.nodes, config.gpus_per_node)
+    for layout in chosen:  # every layout's plan is checked before the first one starts
+        check_layout(config, resolved.sources, layout, heads, kv)
     key = read_key(api_key_file or config.api_key_file)
     rt = get_runtime(config)
     if any(n.state == "running" for n in rt.find_nodes(config.cluster)):
@@ -163,7 +186,11 @@ def command(
             say(f"{layout.name}: skipped (time budget used up)")
             continue
         lconf = layout_config(config, layout, remaining)
-        say(f"{layout.name}: {nodes} node(s), TP={layout.tp} PP={layout.pp}")
+        say(
+            f"{layout.name}: {nodes} node(s), TP={layout.tp} PP={layout.pp}"
+            + (f" DP={layout.dp}" if layout.dp > 1 else "")
+            + (" EP" if layout.ep else "")
+        )
         started = time.monotonic()
         record: dict[str, Any] = {"status": "failed", "nodes": nodes}
         try:

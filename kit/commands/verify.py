@@ -189,8 +189,7 @@ def _collectives(kind: str | None) -> tuple[str, ...]:
 def collectives_for(config: KitConfig) -> tuple[str, ...]:
     """The collectives `kit verify` probes for this config: expert parallelism (MoE experts
     spread over GPUs) moves tokens with all-to-all, so its plan is verified with both."""
-    # model.ep is added on another branch (issue 10); the lead replaces this getattr at merge.
-    return ("all-reduce", "all-to-all") if getattr(config.model, "ep", False) else ("all-reduce",)
+    return ("all-reduce", "all-to-all") if config.model.ep else ("all-reduce",)
 
 
 def verify_cluster(config: KitConfig, expect: str, spec: CollectiveSpec, *, collective: bool = True) -> VerifyResult:

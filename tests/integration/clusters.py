@@ -4,8 +4,11 @@ integration tests (each passes its own second octet so concurrent modules never 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import zlib
 from pathlib import Path
+from typing import Any
 
 IMAGE = os.environ.get("KIT_TEST_IMAGE", "kit/vllm-cpu:test")
 
@@ -29,11 +32,32 @@ def two_node_ray_env(name: str, hf_cache: Path, *, second_octet: int) -> dict[st
     }
 
 
-def two_node_mp_env(name: str, hf_cache: str, api_key_file: Path, *, second_octet: int) -> dict[str, str]:
+def make_kit(state: Path, base_env: dict[str, str], outputs: list[str] | None = None) -> Any:
+    """`kit ...` in a subprocess with its own state dir and the KIT_* environment `base_env` (read
+    at each call, so a fixture can fill it in after making the runner); `outputs` collects every
+    stdout and stderr (the secret-leak checks read them)."""
+
+    def kit(*args: str, env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [sys.executable, "-m", "kit", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env={**os.environ, "KIT_STATE_DIR": str(state), **base_env, **(env or {})},
+        )
+        if outputs is not None:
+            outputs.extend([result.stdout, result.stderr])
+        return result
+
+    return kit
+
+
+def two_node_mp_env(name: str, hf_cache: str, api_key_file: Path | None, *, second_octet: int) -> dict[str, str]:
     """The KIT_* environment of the 2-node mp-backend CPU cluster serving kit/tiny-llama as
-    'tiny' with TP=2 across the nodes (as `kit demo` and test_serve.py run it)."""
+    'tiny' with TP=2 across the nodes (as `kit demo` and test_serve.py run it); no API key when
+    `api_key_file` is None."""
     third = zlib.crc32(name.encode()) % 250 + 2
-    return {
+    env = {
         "KIT_CLUSTER": name,
         "KIT_IMAGE": IMAGE,
         "KIT_BACKEND": "mp",
@@ -51,7 +75,9 @@ def two_node_mp_env(name: str, hf_cache: str, api_key_file: Path, *, second_octe
         "KIT_IPC_HOST": "false",
         "KIT_SHM_SIZE": "2g",
         "KIT_HF_CACHE": hf_cache,
-        "KIT_API_KEY_FILE": str(api_key_file),
         "KIT_ENV": "{HF_HUB_OFFLINE: '1', VLLM_CPU_KVCACHE_SPACE: '1'}",
         "KIT_TIMEOUTS_READY": "600",
     }
+    if api_key_file is not None:
+        env["KIT_API_KEY_FILE"] = str(api_key_file)
+    return env

@@ -1,7 +1,7 @@
 """kit bench and kit tune against real vLLM CPU servers: the two-node TP=2 cluster (one for the
 module), metrics that agree with each other, save/compare/plot, the failure paths (401,
 unreachable URL, malformed dataset, the server killed mid-run -> partial results saved), and
-kit tune across TP=1 (one node) and TP=2 (two nodes) leaving no container behind."""
+kit tune across TP=1 (one node), TP=2 and DP=2 (two nodes) leaving no container behind."""
 
 from __future__ import annotations
 
@@ -12,29 +12,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.clusters import two_node_mp_env
+from tests.integration.clusters import make_kit, two_node_mp_env
 
 SECOND_OCTET = 231  # this module's subnets: 10.231.X.0/24
 SECRET_KEY = "sk-kit-bench-" + "7d" * 12
 LOAD = ["-n", "8", "-c", "2", "--input-len", "8", "--output-len", "8"]
-
-
-def make_kit(state: Path, base_env: dict[str, str]) -> Any:
-    def kit(*args: str, env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "kit", *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env={**os.environ, "KIT_STATE_DIR": str(state), **base_env, **(env or {})},
-        )
-
-    return kit
 
 
 @pytest.fixture(scope="module")
@@ -156,29 +142,30 @@ def test_malformed_dataset_is_one_line_exit_3(served: dict[str, Any]) -> None:
     assert "bad.jsonl:2: not valid JSON" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
-def test_tune_ranks_tp1_and_tp2_and_leaves_nothing(served: dict[str, Any], docker_client: Any) -> None:
+def test_tune_ranks_tp1_tp2_and_dp2_and_leaves_nothing(served: dict[str, Any], docker_client: Any) -> None:
     name = f"kt{os.getpid() % 100000}"
     state = served["root"] / "tune-state"
     env = two_node_mp_env(name, served["hf_cache"], served["key"], second_octet=SECOND_OCTET)
     kit = make_kit(state, env)
     png = served["root"] / "tune.png"
-    args = ["tune", "--layouts", "tp1,tp2", "--budget", "12m", "-n", "4", "-c", "2", "--output-len", "8"]
+    args = ["tune", "--layouts", "tp1,tp2,tp1-dp2", "--budget", "18m", "-n", "4", "-c", "2", "--output-len", "8"]
     try:
         result = kit(*args, "--plot", str(png), "--json", timeout=1200)
         assert result.returncode == 0, result.stderr[-3000:]
         doc = json.loads(result.stdout)["result"]
         ranking = {r["layout"]: r for r in doc["ranking"]}
-        assert set(ranking) == {"tp1", "tp2"} and all(r["status"] == "done" for r in ranking.values())
-        assert (ranking["tp1"]["nodes"], ranking["tp2"]["nodes"]) == (1, 2)
+        assert set(ranking) == {"tp1", "tp2", "tp1-dp2"} and all(r["status"] == "done" for r in ranking.values())
+        assert [ranking[k]["nodes"] for k in ("tp1", "tp2", "tp1-dp2")] == [1, 2, 2]
         assert doc["recommendation"] == doc["ranking"][0]["layout"]
         assert all(p["metrics"]["total_output_tokens"] == 32 for p in doc["points"])
-        assert {p["cluster"]["plan"]["tp"] for p in doc["points"]} == {1, 2}
+        plans = {(p["cluster"]["plan"]["tp"], p["cluster"]["plan"].get("dp", 1)) for p in doc["points"]}
+        assert plans == {(1, 1), (2, 1), (1, 2)}
         assert png.stat().st_size > 10_000
         assert not docker_client.containers.list(all=True, filters={"label": f"kit.cluster={name}"})
         # resumable: a second run keeps both measured layouts and starts nothing
         again = kit(*args)
         assert again.returncode == 0, again.stderr
-        assert again.stderr.count("in an earlier run") == 2 and "serving at" not in again.stderr
+        assert again.stderr.count("in an earlier run") == 3 and "serving at" not in again.stderr
         assert "recommended: tp" in again.stdout
     finally:
         kit("down")

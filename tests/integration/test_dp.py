@@ -11,10 +11,7 @@ import concurrent.futures
 import json
 import os
 import re
-import subprocess
-import sys
 import time
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +19,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.integration.clusters import IMAGE
+from tests.integration.clusters import make_kit, two_node_mp_env
 
 # Second octet of this module's Docker subnets (test_cluster_ray 213, test_verify_cluster 214,
 # test_serve 215): 227 is this module's alone.
@@ -37,44 +34,14 @@ def dp_cluster(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> 
     state = root / "state"
     base_env: dict[str, str] = {}
 
-    def kit(*args: str, env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "kit", *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env={**os.environ, "KIT_STATE_DIR": str(state), **base_env, **(env or {})},
-        )
+    kit = make_kit(state, base_env)
 
     name = f"kdp{os.getpid() % 100000}"
     prep = kit("demo", "--prepare-only", "--json")
     assert prep.returncode == 0, prep.stderr
     hf_cache = json.loads(prep.stdout)["result"]["hf_cache"]
-    third = zlib.crc32(name.encode()) % 250 + 2
-    base_env.update(
-        {
-            "KIT_CLUSTER": name,
-            "KIT_IMAGE": IMAGE,
-            "KIT_BACKEND": "mp",
-            "KIT_ACCELERATOR": "cpu",
-            "KIT_NODES": "2",
-            "KIT_GPUS_PER_NODE": "1",
-            "KIT_MODEL_TP": "1",
-            "KIT_MODEL_PP": "1",
-            "KIT_MODEL_DP": "2",
-            "KIT_MODEL_ID": "kit/tiny-llama",
-            "KIT_MODEL_SERVED_NAME": "tiny",
-            "KIT_MODEL_MAX_MODEL_LEN": "2048",
-            "KIT_MODEL_EXTRA_ARGS": "[--enforce-eager]",
-            "KIT_NETWORK": f"{name}-net",
-            "KIT_NETWORK_SUBNET": f"10.{SECOND_OCTET}.{third}.0/24",
-            "KIT_IPC_HOST": "false",
-            "KIT_SHM_SIZE": "2g",
-            "KIT_HF_CACHE": hf_cache,
-            "KIT_ENV": "{HF_HUB_OFFLINE: '1', VLLM_CPU_KVCACHE_SPACE: '1'}",
-            "KIT_TIMEOUTS_READY": "600",
-        }
-    )
+    base_env.update(two_node_mp_env(name, hf_cache, None, second_octet=SECOND_OCTET))
+    base_env.update({"KIT_MODEL_TP": "1", "KIT_MODEL_DP": "2"})
     try:
         for role in ("--worker", "--head"):
             up = kit("up", role)

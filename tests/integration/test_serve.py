@@ -7,12 +7,13 @@ import json
 import os
 import subprocess
 import time
-import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import requests
+
+from tests.integration.clusters import make_kit, two_node_mp_env
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 SECRET_KEY = "sk-kit-test-" + "9c" * 12
@@ -22,58 +23,23 @@ SECRET_TOKEN = "hf_" + "Qx7" * 11
 @pytest.fixture(scope="module")
 def served(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """One 2-node mp cluster for the module, serving kit/tiny-llama as 'tiny' with an API key."""
-    import sys
 
     root = tmp_path_factory.mktemp("serve")
     state = root / "state"
     outputs: list[str] = []
-
-    def kit(*args: str, env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [sys.executable, "-m", "kit", *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env={**os.environ, "KIT_STATE_DIR": str(state), **base_env, **(env or {})},
-        )
-        outputs.extend([result.stdout, result.stderr])
-        return result
+    base_env: dict[str, str] = {}
+    kit = make_kit(state, base_env, outputs)
 
     key = root / "api_key"
     key.write_text(SECRET_KEY + "\n")
     token = root / "hf_token"
     token.write_text(SECRET_TOKEN + "\n")
     name = f"ks{os.getpid() % 100000}"
-    base_env: dict[str, str] = {}
     prep = kit("demo", "--prepare-only", "--json")
     assert prep.returncode == 0, prep.stderr
     hf_cache = json.loads(prep.stdout)["result"]["hf_cache"]
-    octet = zlib.crc32(name.encode()) % 250 + 2
-    base_env.update(
-        {
-            "KIT_CLUSTER": name,
-            "KIT_IMAGE": "kit/vllm-cpu:0.32.0",
-            "KIT_BACKEND": "mp",
-            "KIT_ACCELERATOR": "cpu",
-            "KIT_NODES": "2",
-            "KIT_GPUS_PER_NODE": "1",
-            "KIT_MODEL_TP": "2",
-            "KIT_MODEL_PP": "1",
-            "KIT_MODEL_ID": "kit/tiny-llama",
-            "KIT_MODEL_SERVED_NAME": "tiny",
-            "KIT_MODEL_MAX_MODEL_LEN": "2048",
-            "KIT_MODEL_EXTRA_ARGS": "[--enforce-eager]",
-            "KIT_NETWORK": f"{name}-net",
-            "KIT_NETWORK_SUBNET": f"10.215.{octet}.0/24",
-            "KIT_IPC_HOST": "false",
-            "KIT_SHM_SIZE": "2g",
-            "KIT_HF_CACHE": hf_cache,
-            "KIT_API_KEY_FILE": str(key),
-            "KIT_HF_TOKEN_FILE": str(token),
-            "KIT_ENV": "{HF_HUB_OFFLINE: '1', VLLM_CPU_KVCACHE_SPACE: '1'}",
-            "KIT_TIMEOUTS_READY": "600",
-        }
-    )
+    base_env.update(two_node_mp_env(name, hf_cache, key, second_octet=215))
+    base_env.update({"KIT_IMAGE": "kit/vllm-cpu:0.32.0", "KIT_HF_TOKEN_FILE": str(token)})
     try:
         for role in ("--worker", "--head"):
             up = kit("up", role)

@@ -293,17 +293,46 @@ def test_layout_parsing_and_candidates() -> None:
     from kit.bench.tune import Layout, candidates, check_fits, parse_layouts
 
     assert parse_layouts("tp1, tp2,tp2-pp2,tp1") == [Layout(1), Layout(2), Layout(2, 2)]
+    assert parse_layouts("tp1-dp2,tp2_dp8-ep") == [Layout(1, 1, 2), Layout(2, 1, 8, ep=True)]
     assert Layout(2, 2).name == "tp2-pp2" and Layout(4).nodes(2) == 2
-    assert Layout(2).overrides(1) == {"nodes": 2, "gpus_per_node": 1, "model.tp": 2, "model.pp": 1}
+    assert Layout(1, 1, 16, ep=True).name == "tp1-dp16-ep" and Layout(1, 1, 16).nodes(8) == 2
+    assert Layout(2).overrides(1) == {
+        "nodes": 2,
+        "gpus_per_node": 1,
+        "model.tp": 2,
+        "model.pp": 1,
+        "model.dp": 1,
+        "model.ep": False,
+    }
     with pytest.raises(ConfigError, match="not a layout"):
         parse_layouts("tp")
-    with pytest.raises(ConfigError, match="data parallel"):
-        parse_layouts("tp1-dp2")
-    assert candidates(2, 1, accelerator="cpu") == [Layout(1), Layout(2)]  # no PP on CPU
-    assert candidates(2, 1) == [Layout(1), Layout(2), Layout(1, 2)]
+    with pytest.raises(ConfigError, match="not a layout"):
+        parse_layouts("tp1-ep-dp2")
+    # CPU: no PP (vLLM asserts), no EP (fails on the first request); DP=2 over the two nodes is in
+    assert candidates(2, 1, accelerator="cpu") == [Layout(1), Layout(2), Layout(1, 1, 2)]
+    assert candidates(2, 1, accelerator="cpu", backend="ray") == [Layout(1), Layout(2)]  # kit refuses Ray DP on CPU
+    assert candidates(2, 1) == [Layout(1), Layout(2), Layout(1, 1, 2), Layout(1, 2)]
     assert Layout(8) not in candidates(2, 4, attention_heads=12, kv_heads=4)  # 8 does not divide 12
+    moe = candidates(2, 8, experts=256)
+    assert Layout(1, 1, 16, ep=True) in moe and Layout(2, 1, 8, ep=True) in moe
+    assert Layout(16, 1, 1) in moe and Layout(16, 1, 1, ep=True) not in moe  # EP comes with DP
+    assert all(lay.tp <= 8 for lay in moe if lay.dp > 1)  # a replica stays inside a node
+    assert not any(lay.ep for lay in candidates(2, 8, experts=0))  # dense: no EP
+    assert not any(lay.ep for lay in candidates(2, 8, experts=6) if lay.dp * lay.tp == 16)  # 6 % 16
     with pytest.raises(ConfigError, match="needs 4 GPUs"):
         check_fits([Layout(4)], 2, 1)
+
+
+def test_tune_refuses_a_layout_kit_up_would_refuse(tmp_path: Path) -> None:
+    from kit.bench.tune import Layout
+    from kit.commands.tune import check_layout
+    from tests.unit.test_plan import make_config
+
+    config = make_config(**{"model.tp": 8, "nodes": 2, "gpus_per_node": 8})
+    check_layout(config, {}, Layout(8, 2), None, None)
+    check_layout(config, {}, Layout(1, 1, 16, ep=True), None, None)
+    with pytest.raises(ConfigError, match=r"layout tp16-dp2: .*GPUs does not fit"):
+        check_layout(config.replace(nodes=4), {}, Layout(16, 1, 2), None, None)
 
 
 def test_tune_ranking_and_state(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -62,9 +61,11 @@ def test_spec_passes_the_collectives() -> None:
 
 
 def test_collectives_for_config() -> None:
-    assert collectives_for(SimpleNamespace(model=SimpleNamespace(ep=True))) == ("all-reduce", "all-to-all")  # type: ignore[arg-type]
-    assert collectives_for(SimpleNamespace(model=SimpleNamespace(ep=False))) == ("all-reduce",)  # type: ignore[arg-type]
-    assert collectives_for(SimpleNamespace(model=SimpleNamespace())) == ("all-reduce",)  # type: ignore[arg-type]
+    from tests.unit.test_plan import make_config
+
+    ep = make_config(**{"model.tp": 1, "model.dp": 16, "model.ep": True})
+    assert collectives_for(ep) == ("all-reduce", "all-to-all")
+    assert collectives_for(make_config()) == ("all-reduce",)
 
 
 def with_alltoall(name: str, *, correct: bool = True, busbw: float = 300.0, **extra: Any) -> dict[str, Any]:
