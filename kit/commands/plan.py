@@ -120,9 +120,13 @@ def render(
     if rec is None:
         out += ["", "Pass --gpu (e.g. A100-40GB) or --gpu-memory 40GiB for a recommendation."]
         return "\n".join(out)
+    best = chosen[0] if layouts else None
+    moved = best is not None and (best.tp, best.pp, best.dp) != (rec.tp, rec.pp, 1)
+    # For MoE the layout comparison below decides; this block is then the smallest fit only.
+    heading = "Fewest nodes, largest TP" if moved else "Recommendation"
     out += [
         "",
-        f"Recommendation ({gpu_label}: {sizing.format_bytes(rec.gpu_memory_bytes)} × "
+        f"{heading} ({gpu_label}: {sizing.format_bytes(rec.gpu_memory_bytes)} × "
         f"{rec.gpu_memory_utilization:g}, {rec.gpus_per_node} GPUs per node)",
         f"  nodes {rec.nodes}, TP {rec.tp}, PP {rec.pp} ({rec.gpus} GPUs)",
         f"  per GPU: budget {sizing.format_bytes(rec.budget_per_gpu)} - weights "
@@ -142,6 +146,8 @@ def render(
         )
     out += [f"  note: {note}" for note in rec.notes]
     out.append("  vllm serve ... " + " ".join(rec.vllm_args()))
+    if moved and best is not None:
+        out.append(f"  note: on these nodes {best.name} runs more at once: see the recommendation below")
     if layouts:
         out += ["", *_layout_lines(rec, layouts, chosen)]
     return "\n".join(out)
@@ -242,6 +248,9 @@ def to_result(
             "recommended": best.name if best else None,
             "why": why,
         }
+        if rec is not None and best is not None and (best.tp, best.pp, best.dp) != (rec.tp, rec.pp, 1):
+            # result.recommendation is then the smallest fit; the layout comparison decides
+            result["recommendation"]["superseded_by"] = best.name
     return result
 
 

@@ -39,7 +39,8 @@ def test_guide_scenario_text_shows_inputs_then_recommendation() -> None:
     assert "15 full_attention layers × 2 (K,V) × 2 KV heads × head_dim 256 × 2 B" in out
     assert "nodes 2, TP 4, PP 2 (8 GPUs)" in out
     assert "--tensor-parallel-size 4 --pipeline-parallel-size 2" in out
-    assert out.index("Weights") < out.index("KV cache") < out.index("Recommendation")
+    assert out.index("Weights") < out.index("KV cache") < out.index("Fewest nodes, largest TP")
+    assert "recommended: TP2×PP4" in out  # MoE: the layout comparison has the last word
 
 
 def test_json_envelope() -> None:
@@ -50,6 +51,7 @@ def test_json_envelope() -> None:
     rec = doc["result"]["recommendation"]
     assert (rec["nodes"], rec["tp"], rec["pp"]) == (2, 4, 2)
     assert rec["fits_max_num_seqs"] is False
+    assert rec["superseded_by"] == doc["result"]["layouts"]["recommended"] == "TP2×PP4"
     assert doc["result"]["kv_cache"]["per_token_bytes"] == 30720
     assert doc["result"]["weights"]["loaded_bytes"] > 198.5e9
 
