@@ -14,7 +14,7 @@ the median of the per-round ratios (each kit run against the vllm run next to it
 The API key reaches `vllm bench` as OPENAI_API_KEY through `docker exec -e OPENAI_API_KEY` (the
 name only: the value travels in the environment, never in argv).
 
-Needs a running server (e.g. the 2-node TP=2 CPU cluster of tests/integration/test_bench.py, or
+Needs a running server (e.g. the 2-node TP=2 CPU cluster of tests/integration/test_bench_cluster.py, or
 `kit demo --keep`). Not a test: run it and read the table.
 
     python benchmarks/bench_vs_vllm.py --url http://10.231.7.10:8000 --head kit-kbdev-head \

@@ -93,7 +93,7 @@ def candidates(
     nodes, FIELD_NOTES §7). Data parallel: replicas of TP GPUs inside a node, DP ranks spread
     evenly over the nodes (not on CPU with the Ray backend, which kit refuses); with EP too when
     the model has experts that split over TP×DP, except on CPU, where vLLM's EP fails on the first
-    request (tests/integration/test_dp.py). Smallest first, so a short budget still measures the
+    request (tests/integration/test_dp_cluster.py). Smallest first, so a short budget still measures the
     cheap layouts."""
     out: list[Layout] = []
     for n in range(1, nodes + 1):
