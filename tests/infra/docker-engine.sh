@@ -35,29 +35,56 @@ if ! command -v dockerd >/dev/null 2>&1; then
 fi
 command -v dockerd >/dev/null 2>&1 || die "dockerd still missing after installing docker.io"
 
+"${SUDO[@]}" mkdir -p "$(dirname "$LOG")"
+"${SUDO[@]}" touch "$LOG"
+
+# Show only what this start wrote to the log: lines from an earlier engine would mislead.
+log_from=1
+new_log() { tail -n "+$log_from" "$LOG" 2>/dev/null | tail -n 20 >&2 || true; }
+
+started=""
+start_engine() {
+    # A stale socket or pid file from a killed engine makes the new one refuse to start.
+    if [ -S "$SOCKET" ]; then "${SUDO[@]}" rm -f "$SOCKET"; fi
+    "${SUDO[@]}" rm -f /var/run/docker.pid
+    log_from=$(($(wc -l <"$LOG") + 1))
+    log "starting dockerd (log: $LOG)"
+    # setsid: the engine must outlive this script and the CI step's shell. --wait keeps the
+    # background job's pid alive exactly as long as dockerd, so that pid is what we watch.
+    "${SUDO[@]}" setsid --wait nohup dockerd >>"$LOG" 2>&1 </dev/null &
+    started=$!
+}
+alive() {
+    if [ -n "$started" ]; then kill -0 "$started" 2>/dev/null; else pgrep -x dockerd >/dev/null 2>&1; fi
+}
+
 if pgrep -x dockerd >/dev/null 2>&1; then
     # Started (by us or someone else) but not answering yet: wait for it, do not start a second.
     log "dockerd is running but not answering yet; waiting"
 else
-    # A stale socket or pid file from a killed engine makes the new one refuse to start.
-    if [ -S "$SOCKET" ]; then "${SUDO[@]}" rm -f "$SOCKET"; fi
-    "${SUDO[@]}" rm -f /var/run/docker.pid
-    log "starting dockerd (log: $LOG)"
-    "${SUDO[@]}" mkdir -p "$(dirname "$LOG")"
-    # nohup + setsid: the engine must outlive this script and the CI step's shell.
-    "${SUDO[@]}" setsid nohup dockerd >>"$LOG" 2>&1 </dev/null &
+    start_engine
 fi
 
+# An engine that dies while starting is started again (twice at most): on a shared CI host
+# a stray cleanup of an earlier job's processes has killed a fresh dockerd before it wrote
+# a single line. A real failure writes its reason, shown with the error.
+retries=2
 deadline=$((SECONDS + TIMEOUT))
 until [ -S "$SOCKET" ] && docker info >/dev/null 2>&1; do
     if [ "$SECONDS" -ge "$deadline" ]; then
-        log "last lines of $LOG:"
-        tail -n 20 "$LOG" >&2 2>/dev/null || true
+        log "what dockerd wrote to $LOG:"
+        new_log
         die "Docker engine not ready after ${TIMEOUT}s (socket $SOCKET); see $LOG"
     fi
-    if ! pgrep -x dockerd >/dev/null 2>&1; then
-        tail -n 20 "$LOG" >&2 2>/dev/null || true
-        die "dockerd exited during start-up; see $LOG"
+    if ! alive; then
+        log "dockerd exited during start-up; what it wrote to $LOG:"
+        new_log
+        if [ "$retries" -eq 0 ] || pgrep -x dockerd >/dev/null 2>&1; then
+            die "dockerd exited during start-up; see $LOG"
+        fi
+        retries=$((retries - 1))
+        sleep 2
+        start_engine
     fi
     sleep 1
 done
