@@ -201,19 +201,22 @@ class KitConfig:
     @property
     def tp(self) -> int:
         """Resolved tensor parallel size (auto = GPUs per node; with a fixed DP > 1, the GPUs of one
-        replica: nodes × GPUs per node / (DP × PP))."""
+        replica: nodes × GPUs per node / (DP × PP); with DP auto, one node's GPUs / PP)."""
         if self.model.tp != "auto":
             return int(self.model.tp)
+        if self.model.dp == "auto":
+            return max(1, self.gpus_per_node // self.pp)
         if self._fixed_dp > 1:
             return max(1, self.nodes * self.gpus_per_node // (self._fixed_dp * self.pp))
         return self.gpus_per_node
 
     @property
     def pp(self) -> int:
-        """Resolved pipeline parallel size (auto = nodes; 1 with a fixed DP > 1)."""
+        """Resolved pipeline parallel size (auto = nodes; 1 with DP auto or > 1, where every replica
+        stays inside one node: the same whether DP is still auto or already resolved)."""
         if self.model.pp != "auto":
             return int(self.model.pp)
-        return 1 if self._fixed_dp > 1 else self.nodes
+        return 1 if self.model.dp == "auto" or self._fixed_dp > 1 else self.nodes
 
     @property
     def dp(self) -> int:

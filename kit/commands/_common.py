@@ -7,7 +7,7 @@ import json
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -15,6 +15,9 @@ from kit import netinfo
 from kit.config import SCHEMA, KitConfig, Resolved, load_config, parse_scalar
 from kit.errors import ConfigError, UsageError
 from kit.plan.facts import HostFacts, Role
+
+if TYPE_CHECKING:
+    from kit.sizing import Architecture
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -100,11 +103,8 @@ def auto_parallel(resolved: Resolved) -> Resolved:
     except ConfigError:
         return resolved  # not a config kit plan understands: the head-count check still applies
     total = cfg.nodes * cfg.gpus_per_node
-    fixed_dp = 1 if cfg.model.dp == "auto" else int(cfg.model.dp)
-    if fixed_dp > 1:  # DP replicas fill the cluster: TP (and PP, when fixed) within one replica
-        pp = 1 if cfg.model.pp == "auto" else int(cfg.model.pp)
-        tp = cfg.tp if cfg.model.tp != "auto" else max(1, total // (fixed_dp * pp))
-        total = tp * pp  # the checks below keep whichever of tp/pp the user fixed
+    if cfg.model.dp == "auto" or int(cfg.model.dp) > 1:
+        tp, pp = _replica_layout(cfg, arch)
     elif cfg.model.gpu_memory:
         rec = sizing.recommend(
             arch,
@@ -117,7 +117,9 @@ def auto_parallel(resolved: Resolved) -> Resolved:
     else:
         tp = sizing.best_tp(arch, cfg.gpus_per_node)
         pp = total // tp
-    if cfg.model.tp != "auto":  # only pp is auto: keep the user's TP
+    if cfg.model.dp == "auto" or int(cfg.model.dp) > 1:
+        pass  # _replica_layout kept whatever the user fixed
+    elif cfg.model.tp != "auto":  # only pp is auto: keep the user's TP
         tp, pp = int(cfg.model.tp), total // int(cfg.model.tp)
     elif cfg.model.pp != "auto":  # only tp is auto: keep the user's PP
         pp = int(cfg.model.pp)
@@ -126,6 +128,23 @@ def auto_parallel(resolved: Resolved) -> Resolved:
     sources = {**resolved.sources, "model.tp": "auto (kit plan)", "model.pp": "auto (kit plan)"}
     values = {**resolved.values, "model.tp": tp, "model.pp": pp}
     return Resolved(config=cfg.replace(model=model), values=values, sources=sources, path=resolved.path)
+
+
+def _replica_layout(cfg: KitConfig, arch: Architecture) -> tuple[int, int]:
+    """TP and PP of one DP replica, which stays inside one node (topology checks): TP is the
+    largest split of the replica's GPUs that divides the heads, PP (when auto) fills the rest
+    of a fixed-DP replica and is 1 with DP auto (then DP = GPUs / TP takes up the slack)."""
+    from kit import sizing
+
+    pp = 1 if cfg.model.pp == "auto" else int(cfg.model.pp)
+    if cfg.model.dp == "auto":
+        replica = cfg.gpus_per_node
+    else:
+        replica = max(1, cfg.nodes * cfg.gpus_per_node // int(cfg.model.dp))
+    tp = int(cfg.model.tp) if cfg.model.tp != "auto" else sizing.best_tp(arch, max(1, replica // pp))
+    if cfg.model.pp == "auto" and cfg.model.dp != "auto":
+        pp = max(1, replica // tp)
+    return tp, pp
 
 
 def auto_data_parallel(resolved: Resolved) -> Resolved:

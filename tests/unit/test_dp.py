@@ -90,6 +90,44 @@ def test_dp_auto_is_gpus_over_tp_times_pp() -> None:
     assert r.sources["model.dp"] == "auto (GPUs / (tp × pp))" and r.values["model.dp"] == 8
 
 
+def test_dp_auto_with_tp_fixed_and_pp_left_auto_fills_the_cluster() -> None:
+    # The canonical DP+EP shape: TP 1, PP and DP auto. PP auto must be 1 both before and after DP
+    # is resolved, else DP = 16 / (1 × nodes) = 8 and the resolved layout covers half the GPUs.
+    r = resolve(None, {"nodes": (2, "t"), "gpus_per_node": (8, "t"), "model.tp": (1, "t"),
+                       "model.dp": ("auto", "t"), "hf_cache": ("/nonexistent", "t")})  # fmt: skip
+    from kit.commands._common import auto_data_parallel
+
+    r = auto_data_parallel(r)
+    assert (r.config.tp, r.config.pp, r.config.dp, r.config.dp_local) == (1, 1, 16, 8)
+
+
+def parallel_line(out: str) -> str:
+    return next(line for line in out.splitlines() if line.startswith("# parallel:"))
+
+
+@pytest.mark.parametrize(
+    ("model", "repo", "args", "expected"),
+    [
+        # 28 heads / 4 KV heads: TP 8 would not split them; a fixed DP 2 gets TP 4 × PP 2 per replica.
+        ("qwen2.5-7b", "Qwen/Qwen2.5-7B-Instruct", ["--dp", "2"], "TP=4 PP=2 DP=2"),
+        ("qwen2.5-7b", "Qwen/Qwen2.5-7B-Instruct", ["--dp", "auto"], "TP=4 PP=1 DP=4"),
+        ("deepseek-v3", "deepseek-ai/DeepSeek-V3", ["--tp", "1", "--dp", "auto", "--set", "model.ep=true"],
+         "TP=1 PP=1 DP=16 EP"),
+        ("deepseek-v3", "deepseek-ai/DeepSeek-V3", ["--dp", "auto", "--set", "model.ep=true"], "TP=8 PP=1 DP=2 EP"),
+    ],
+)  # fmt: skip
+def test_auto_layout_with_dp_reads_the_model(
+    model: str, repo: str, args: list[str], expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache = hf_cache_with(tmp_path, model, repo)
+    with pytest.raises(SystemExit) as exc:
+        main(["up", "--head", "--dry-run", "--network", "dpnet", "--nodes", "2", "--gpus-per-node", "8",
+              "--backend", "mp", "--model", repo, "--set", f"hf_cache={cache}", *args])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert exc.value.code in (0, None), err
+    assert parallel_line(out) == f"# parallel: {expected}"
+
+
 def test_config_show_lists_the_new_keys(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["config", "show", "--set", "model.dp=auto", "--set", "model.ep=true"])
