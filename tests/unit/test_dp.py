@@ -391,7 +391,7 @@ def test_dp_launcher_computes_each_nodes_start_rank_inside_the_job(
         **os.environ,
         "PATH": f"{bindir}:{os.environ['PATH']}",
         "KIT_RECORD": str(tmp_path / "vllm.jsonl"),
-        "SLURM_JOB_ID": "78",
+        "SLURM_JOB_ID": str(os.getpid()),  # /tmp/kit-job-<id> is not shared with a concurrent run
         "SLURM_JOB_NUM_NODES": "2",
         "SLURM_JOB_NODELIST": "node[1-2]",
         "USER": "alice",

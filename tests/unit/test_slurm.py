@@ -265,11 +265,12 @@ def test_launcher_runs_and_hostile_values_stay_one_argument(runtime: str, hostil
         (bindir / name).write_text(RECORD)
     for path in bindir.iterdir():
         path.chmod(0o755)
+    job = str(os.getpid())  # the launcher's /tmp/kit-job-<id> must not be shared with a concurrent run
     env = {
         **os.environ,
         "PATH": f"{bindir}:{os.environ['PATH']}",
         "KIT_RECORD": str(tmp_path / "record.jsonl"),
-        "SLURM_JOB_ID": "77",
+        "SLURM_JOB_ID": job,
         "SLURM_JOB_NUM_NODES": "1",
         "SLURM_JOB_NODELIST": "node1",
         "SLURM_SUBMIT_HOST": "login1",
@@ -285,7 +286,7 @@ def test_launcher_runs_and_hostile_values_stay_one_argument(runtime: str, hostil
     script = argv[argv.index("-c") + 1]
     head, _ = container_scripts(cfg)  # type: ignore[arg-type]
     assert script == head.rstrip("\n")  # the planned script, byte for byte
-    assert argv[-1] == "kit-llama-head-77"
+    assert argv[-1] == f"kit-llama-head-{job}"
     env_flag = "--env"
     assert "VLLM_HOST_IP=10.9.0.1" in argv and argv[argv.index("VLLM_HOST_IP=10.9.0.1") - 1] == env_flag
     assert "NCCL_SOCKET_IFNAME=ib0" in argv and "KIT_HEAD_ADDRESS=10.9.0.1" in argv
@@ -294,4 +295,4 @@ def test_launcher_runs_and_hostile_values_stay_one_argument(runtime: str, hostil
     assert f"{hf}:/root/.cache/huggingface" in argv
     assert "hf_SECRET" not in launcher.read_text()
     if runtime == "docker":
-        assert "kit.slurm-job=77" in argv and "--rm" in argv and "--detach" not in argv
+        assert f"kit.slurm-job={job}" in argv and "--rm" in argv and "--detach" not in argv
