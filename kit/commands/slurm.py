@@ -23,6 +23,7 @@ FLAG_KEYS = {
     "tp": "model.tp",
     "pp": "model.pp",
     "dp": "model.dp",
+    "ep": "model.ep",
     "model": "model.id",
     "interface": "interface",
     "account": "slurm.account",
@@ -47,6 +48,9 @@ FLAG_KEYS = {
 @click.option("--tp", help="Tensor parallel size, or auto.")
 @click.option("--pp", help="Pipeline parallel size, or auto.")
 @click.option("--dp", help="Data parallel size (engine replicas), or auto.")
+@click.option(
+    "--ep/--no-ep", default=None, help="Expert parallelism for MoE layers over TP×DP GPUs (--enable-expert-parallel)."
+)
 @click.option("--interface", help="Interface every node uses (e.g. ib0); default: the route to the head.")
 @click.option("--account", help="#SBATCH --account (slurm.account).")
 @click.option("--partition", help="#SBATCH --partition (slurm.partition).")

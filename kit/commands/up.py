@@ -41,6 +41,7 @@ FLAG_KEYS = {
     "tp": "model.tp",
     "pp": "model.pp",
     "dp": "model.dp",
+    "ep": "model.ep",
     "model": "model.id",
     "network": "network",
     "cluster": "cluster",
@@ -117,6 +118,9 @@ def dry_run_text(plan: dict[str, Any]) -> str:
 @click.option("--tp", help="Tensor parallel size, or auto.")
 @click.option("--pp", help="Pipeline parallel size, or auto.")
 @click.option("--dp", help="Data parallel size (engine replicas), or auto.")
+@click.option(
+    "--ep/--no-ep", default=None, help="Expert parallelism for MoE layers over TP×DP GPUs (--enable-expert-parallel)."
+)
 @click.option("--model", help="Model id or path.")
 @click.option("--network", help="Docker network for local multi-node simulation (fixed IP per node).")
 @click.option("--timeout", type=int, help="Seconds to wait for the node to be ready (timeouts.join).")

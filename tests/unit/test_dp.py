@@ -406,3 +406,50 @@ def test_dp_launcher_computes_each_nodes_start_rank_inside_the_job(
         assert "--headless" not in argv and "--data-parallel-start-rank" not in argv and "--port" in argv
     else:
         assert "--headless" in argv and argv[argv.index("--data-parallel-start-rank") + 1] == str(start_rank)
+
+
+# ---- kit serve --dry-run and --ep ----------------------------------------------------------
+
+
+def test_serve_dry_run_prints_every_ranks_script(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["serve", "--dry-run", "--json", "--set", "nodes=4", "--set", "gpus_per_node=8", "--set", "backend=mp",
+            "--set", "model.tp=1", "--set", "model.dp=auto", "--set", "model.ep=true"]  # fmt: skip
+    with pytest.raises(SystemExit) as exc:
+        main(args)
+    out, err = capsys.readouterr()
+    assert exc.value.code in (0, None), err
+    plan = json.loads(out)["result"]
+    assert plan["parallel"] == {"tp": 1, "pp": 1, "dp": 32, "ep": True}
+    assert [(n["role"], n["rank"]) for n in plan["nodes"]] == [("head", 0), ("worker", 1), ("worker", 2), ("worker", 3)]
+    head, *workers = (n["script"] for n in plan["nodes"])
+    assert "--headless" not in head and "--data-parallel-size 32" in head and "--enable-expert-parallel" in head
+    for script in workers:
+        assert "--headless --data-parallel-start-rank" in script and "KIT_NODE_RANK * 8" in script
+    with pytest.raises(SystemExit):
+        main(args[:2] + args[3:])  # text: the layout line, then each node's script
+    text = capsys.readouterr().out
+    assert text.startswith("# kit serve --dry-run: cluster kit, backend mp, parallel: TP=1 PP=1 DP=32 EP\n")
+    assert text.count("# --- worker (rank ") == 3
+
+
+def test_serve_dry_run_with_ray_is_the_head_only(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["serve", "--dry-run", "--json", "--set", "nodes=2", "--set", "backend=ray", "--set", "model.dp=4",
+              "--set", "gpus_per_node=4", "--set", "model.tp=2"])  # fmt: skip
+    plan = json.loads(capsys.readouterr().out)["result"]
+    [head] = plan["nodes"]
+    assert head["role"] == "head" and "--data-parallel-backend ray" in head["script"]
+
+
+def test_ep_flag_and_the_cpu_warning(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = run_up(["--nodes", "2", "--gpus-per-node", "8", "--tp", "1", "--dp", "16", "--ep"], capsys)
+    assert code == 0, err
+    with pytest.raises(SystemExit):
+        main(["up", "--head", "--dry-run", "--network", "n", "--nodes", "2", "--gpus-per-node", "8", "--tp", "1",
+              "--dp", "16", "--ep"])  # fmt: skip
+    assert "# parallel: TP=1 PP=1 DP=16 EP" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["serve", "--dry-run", "--set", "accelerator=cpu", "--set", "nodes=2", "--set", "gpus_per_node=1",
+              "--set", "backend=mp", "--set", "model.tp=1", "--set", "model.dp=2", "--set", "model.ep=true"])  # fmt: skip
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "warning: model.ep on accelerator cpu" in err and "all_gatherv" in err
