@@ -66,7 +66,15 @@ def test_weight_estimate_within_3_percent_of_published_checkpoint(name: str) -> 
 def test_published_set_covers_every_family() -> None:
     archs = {name: sizing.parse_architecture(load(name)[0]) for name in PUBLISHED}
     methods = {a.weight_format.method for a in archs.values()}
-    assert {"none", "fp8", "gptq", "awq", "bnb-int8", "mxfp4", "nvfp4"} <= methods
+    assert {"none", "fp8", "gptq", "awq", "bnb-int8", "bnb-nf4", "int-pack", "mxfp4", "nvfp4"} <= methods
+    fp8 = [a.weight_format for a in archs.values() if a.weight_format.method == "fp8"]
+    assert any(f.block for f in fp8) and any(not f.block and not f.per_channel_scale for f in fp8)
+    # Each checkpoint format behind the README's "tested" rows, not only the byte layout it maps to.
+    blocks = [load(name)[0].get("quantization_config") or {} for name in PUBLISHED]
+    assert {"fp8", "compressed-tensors", "bitsandbytes", "auto-round", "gptq", "awq", "mxfp4"} <= {
+        str(q.get("quant_method")) for q in blocks
+    }
+    assert {"FP8", "NVFP4"} <= {q["quantization"]["quant_algo"] for q in blocks if "quantization" in q}  # ModelOpt
     assert any(a.mla for a in archs.values())  # DeepSeek-V3
     assert any(a.moe and a.moe.shared_intermediate_size for a in archs.values())
     assert any(a.moe and not a.moe.shared_intermediate_size for a in archs.values())  # Mixtral
