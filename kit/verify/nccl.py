@@ -45,12 +45,16 @@ class Transport(str, Enum):
 
 # NCCL's own prefix `host:pid:tid [dev] NCCL INFO`; anything may stand before it.
 _PREFIX = re.compile(r"(?<![\w.\-])(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[[^\]]*\]\s+NCCL\s+(?:INFO|WARN)")
+# What NCCL prints after `via`: `NET/IB/1(4)/GDRDMA(PCI)/Shared`. Nothing else, so that what
+# follows without a space (an ANSI colour reset, U+FFFD from a bad byte, Ray's dedup note) stays
+# out of the label.
+_VIA_TOKEN = r"(?:[A-Za-z0-9_./\-]|\([A-Za-z0-9]+\))+"
 # `Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0/GDRDMA`; `Ring 00 : 43 -> 44 [receive] via …`.
 _CHANNEL = re.compile(
     r"(?:Channel|Ring)\s+(?P<channel>\d+)(?:/\d+)?\s*:\s*"
     r"(?P<src>\d+)(?:\[(?P<src_dev>[0-9a-fA-Fx]+)\])?\s*->\s*(?P<dst>\d+)(?:\[(?P<dst_dev>[0-9a-fA-Fx]+)\])?"
     r"(?:\s*\[(?P<dir>send|receive)\])?\s+via\s+"
-    r"(?P<via>direct shared memory|(?:P2P/direct pointer|NET/AWS Libfabric)\S*|\S+)"
+    rf"(?P<via>direct shared memory|(?:P2P/direct pointer|NET/AWS Libfabric)(?:{_VIA_TOKEN})?|{_VIA_TOKEN})"
 )
 # Banners: `NCCL version 2.21.5+cuda12.4` (bare, or after `NCCL INFO`, or after an mpirun/Ray
 # prefix), torch's `…, NCCL version 2.7.8`, torch's tuple `NCCL version: (2, 21, 5)`.

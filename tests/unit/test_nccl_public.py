@@ -277,6 +277,22 @@ def test_long_lines_come_in_pieces() -> None:
     assert [len(p) for p in pieces] == [65536, 65536, 65536, 65536, 37857, 4]
 
 
+@pytest.mark.parametrize(
+    "tail",
+    ["\ufffd", "\x1b[0m", "\x1b[32m[repeated 7x across cluster]\x1b[0m", "\x00", "\u00e9t\u00e9"],
+    ids=["replacement-char", "ansi-reset", "ray-dedup", "nul", "latin"],
+)
+def test_via_label_keeps_only_what_nccl_prints(tail: str) -> None:
+    s = summarize_lines([f"h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC{tail}"])
+    assert s.intra_labels == {"P2P/IPC": 1}
+
+
+def test_utf16_cut_at_an_odd_byte(tmp_path: Path) -> None:
+    path = tmp_path / "u16.log"
+    path.write_bytes("a:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC".encode("utf-16-le") + b"\n")
+    assert three_fields(diagnose_json(path)[str(path)]) == ([], ["P2P/IPC"], None)
+
+
 def _peak(path: Path) -> int:
     tracemalloc.start()
     try:
