@@ -44,7 +44,7 @@ class Transport(str, Enum):
 
 
 # NCCL's own prefix `host:pid:tid [dev] NCCL INFO`; anything may stand before it.
-_PREFIX = re.compile(r"(?<![\w.\-])(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[[^\]]*\]\s+NCCL\s+(?:INFO|WARN)")
+PREFIX = re.compile(r"(?<![\w.\-])(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[[^\]]*\]\s+NCCL\s+(?:INFO|WARN)")
 # What NCCL prints after `via`: `NET/IB/1(4)/GDRDMA(PCI)/Shared`. Nothing else, so that what
 # follows without a space (an ANSI colour reset, U+FFFD from a bad byte, Ray's dedup note) stays
 # out of the label.
@@ -201,7 +201,7 @@ class NcclParser:
         if "pid=" in line and (ip := _RAY_IP.search(line)):
             log.ray_ips.add(ip.group("ip"))
         # Interleaved writers glue records together: split at every NCCL prefix.
-        starts = list(_PREFIX.finditer(line))
+        starts = list(PREFIX.finditer(line))
         if len(starts) <= 1:
             self._segment(line, starts[0] if starts else None, n)
             return
@@ -209,7 +209,7 @@ class NcclParser:
             self._segment(line[: starts[0].start()], None, n)
         for i, m in enumerate(starts):
             end = starts[i + 1].start() if i + 1 < len(starts) else len(line)
-            self._segment(line[m.start() : end], _PREFIX.match(line, m.start(), end), n)
+            self._segment(line[m.start() : end], PREFIX.match(line, m.start(), end), n)
 
     def _segment(self, text: str, prefix: re.Match[str] | None, n: int) -> None:
         log = self.log

@@ -277,6 +277,27 @@ def test_long_lines_come_in_pieces() -> None:
     assert [len(p) for p in pieces] == [65536, 65536, 65536, 65536, 37857, 4]
 
 
+CUT_RECORD = "h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA\n"
+
+
+def test_a_record_cut_at_64k_reads_whole(tmp_path: Path) -> None:
+    """The reviewer's repro: `via NET/I` | `B/0/GDRDMA` across the 64K piece boundary."""
+    pad = "x" * (65536 - CUT_RECORD.index("IB/0") - 1)
+    path = tmp_path / "cut.log"
+    path.write_text("h:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n" + pad + CUT_RECORD)
+    assert three_fields(diagnose_json(path)[str(path)]) == (["NET/IB+GDRDMA"], [], "2.21.5")
+
+
+@pytest.mark.parametrize("max_line", [100, 1000, 1 << 16])
+def test_glued_records_without_newlines_are_counted_once(max_line: int) -> None:
+    record = "h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC "
+    data = ("garbage " * 20 + record * 5_000).encode()
+    pieces = list(read_lines(io.BytesIO(data), max_line=max_line))
+    assert "".join(pieces) == data.decode()  # nothing lost, nothing read twice
+    assert max(map(len, pieces)) <= 2 * max_line  # memory stays bounded
+    assert summarize_lines(pieces).intra_labels == {"P2P/IPC": 5_000}
+
+
 @pytest.mark.parametrize(
     "tail",
     ["\ufffd", "\x1b[0m", "\x1b[32m[repeated 7x across cluster]\x1b[0m", "\x00", "\u00e9t\u00e9"],
