@@ -66,9 +66,13 @@ _VERSION = re.compile(
 # In that order of trust: NCCL_VERSION names the system libnccl of an NGC image, which a pip
 # torch (bundling its own NCCL) need not load.
 _VERSION_OTHER = re.compile(
-    r"(?P<src>nccl==|NCCL_VERSION\s*[=:]\s*|NCCL_VERSION\s+)(?P<v>\d+\.\d+\.\d+)|nccl-library=(?P<code>\d{4,5})\b"
+    r"(?P<src>nccl==|NCCL_VERSION\s*[=:]\s*[\"']?|NCCL_VERSION\s+)(?P<v>\d+\.\d+\.\d+)|nccl-library=(?P<code>\d{4,5})\b"
 )
-VERSION_SOURCES = ("banner", "nccl==", "nccl-library", "NCCL_VERSION")
+# torch.cuda.nccl.version(): the NCCL torch loaded, as a tuple, on the call's line
+# (`torch.cuda.nccl.version() = (2, 21, 5)`) or on the next line, as Python prints it
+# (`>>> torch.cuda.nccl.version()` / `(2, 19, 3)`; pytorch/pytorch#122571).
+_TORCH_TUPLE = re.compile(r"\(\s*(?P<a>\d+),\s*(?P<b>\d+),\s*(?P<c>\d+)\s*(?:,[^)]*)?\)")
+VERSION_SOURCES = ("banner", "nccl==", "torch", "nccl-library", "NCCL_VERSION")
 _CUDA_DRIVER = re.compile(r"cudaDriverVersion\s+(?P<v>\d+)")
 # `NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE ; OOB ib0:10.0.0.1<0>`; `[RO]` is a flag,
 # not a device, and follows `NET/IB : No device found.` when there is no card at all. 2.19+
@@ -190,11 +194,17 @@ class NcclParser:
         self._last_comm: dict[tuple[str, int], str] = {}
         self._conns: dict[tuple[object, ...], Connection] = {}
         self._counts: Counter[tuple[object, ...]] = Counter()
+        self._torch_call = False  # the last line called torch's nccl.version(): a tuple may follow
 
     def feed(self, raw: str, lineno: int | None = None) -> None:
         log = self.log
         log.lines += 1
         n = lineno if lineno is not None else log.lines
+        if self._torch_call and (text := raw.strip()):
+            self._torch_call = False
+            if m := _TORCH_TUPLE.fullmatch(text):
+                log.other_versions.setdefault("torch", set()).add(f"{m['a']}.{m['b']}.{m['c']}")
+                return
         if "NCCL" not in raw and "via" not in raw and "nccl" not in raw and "Rank" not in raw:
             return
         line = raw.rstrip("\r\n")
@@ -231,6 +241,12 @@ class NcclParser:
         # Cheap literal guards first: most NCCL INFO lines match none of these.
         if "ersion" in text and (m := _VERSION.search(text)):
             log.versions.add(f"{m.group('a')}.{m.group('b')}.{m.group('c')}")
+        elif "nccl.version()" in text:
+            after = text[text.index("nccl.version()") + len("nccl.version()") :]
+            if m := _TORCH_TUPLE.search(after):
+                log.other_versions.setdefault("torch", set()).add(f"{m['a']}.{m['b']}.{m['c']}")
+            else:
+                self._torch_call = True  # Python prints the result on the next line
         elif ("nccl" in text or "NCCL_VERSION" in text) and (m := _VERSION_OTHER.search(text)):
             if m.group("v"):
                 src = "nccl==" if m.group("src") == "nccl==" else "NCCL_VERSION"

@@ -52,6 +52,7 @@ EXPECTED: dict[str, tuple[list[str], list[str], str | None]] = {
     "nccl300_mpirun_banner_lo.log": ([], [], "2.5.6"),
     "horovod3752_mpirun_cuda_driver.log": ([], [], "2.14.3"),
     "nccl1297_vllm_worker_no_banner.log": ([], [], "2.20.5"),
+    "pytorch122571_torch_tuple_ngc_env.log": ([], [], "2.19.3"),
 }
 
 # Our own 2x H200 runs (one host; NCCL_P2P_DISABLE / NCCL_SHM_DISABLE forced the others).
@@ -145,6 +146,26 @@ def test_version_sources() -> None:
     assert (s.version, s.versions) == ("2.21.5", ["2.21.5", "2.15.5"])  # the banner wins
     s = summarize_lines(["torch NCCL version: (2, 21, 5)"])
     assert s.version == "2.21.5"
+
+
+def test_torch_version_tuple() -> None:
+    """torch.cuda.nccl.version() is what torch loaded; an image's NCCL_VERSION need not be."""
+    t = transport("pytorch122571_torch_tuple_ngc_env.log")
+    got = (t["nccl_version"], t["nccl_version_source"], t["nccl_versions"])
+    assert got == ("2.19.3", "torch", ["2.19.3", "2.15.5"])
+    # Synthetic forms: on the call's own line, and in Python's REPL after a blank line.
+    assert summarize_lines(["torch.cuda.nccl.version() = (2, 21, 5)"]).version == "2.21.5"
+    assert summarize_lines([">>> torch.cuda.nccl.version()", "", "(2, 26, 2)"]).version == "2.26.2"
+    # A tuple that does not answer the call is no version.
+    assert summarize_lines(["(2, 19, 3)"]).version is None
+    assert summarize_lines(["print(torch.cuda.nccl.version())", "done", "(2, 19, 3)"]).version is None
+
+
+def test_cuda_driver_is_not_an_nccl_version() -> None:
+    s = summarize_lines(["h:1:1 [0] NCCL INFO cudaDriverVersion 12040"])
+    assert (s.version, s.versions, s.cuda_driver) == (None, [], "12.4")
+    res = CliRunner().invoke(command, ["-"], input=b"h:1:1 [0] NCCL INFO cudaDriverVersion 12040\n")
+    assert "NCCL version unknown, CUDA driver 12.4:" in res.output
 
 
 def test_mixed_versions_are_a_finding() -> None:
