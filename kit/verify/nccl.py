@@ -19,7 +19,10 @@ What real logs look like (fixtures with their sources in tests/fixtures/nccl_pub
   cross-node. Hosts are told apart by NCCL's host prefix and pid, `nNodes`/`localRanks`,
   `ncclCommInitRank` lines and nccl-tests' `Rank N … Pid P on HOST` table; a hostname alone is
   not trusted when the log says there are more nodes than distinct hostnames (containers that
-  all call themselves the same).
+  all call themselves the same, hostnames redacted before posting).
+- GPU bus ids (`Init COMPLETE … busId 1b000`, `0[1b000] -> 8[1b000]` up to NCCL 2.17): NCCL
+  refuses two ranks of one communicator on one GPU of one host (`Duplicate GPU detected`), so two
+  ranks with the same bus id sit on two hosts, whatever their hostnames say.
 """
 
 from __future__ import annotations
@@ -84,6 +87,12 @@ _PLUGIN = re.compile(r"P2P plugin (?P<name>\S+)|Initialized NET plugin (?P<init>
 _INIT_RANK = re.compile(
     r"ncclCommInitRank\w*\s*(?:comm\s+\S+\s+)?rank\s+(?P<rank>\d+)\s+nranks\s+(?P<nranks>\d+)"
     r".*?commId\s+(?P<comm>0x[0-9a-fA-F]+)"
+)
+# `ncclCommInitRank comm 0x… rank 0 nranks 16 cudaDev 0 nvmlDev 0 busId 18000 commId 0x… - Init
+# COMPLETE`; before 2.12 `comm 0x… rank 0 nranks 2 cudaDev 0 busId 1b000 - Init COMPLETE`.
+_INIT_BUS = re.compile(
+    r"rank\s+(?P<rank>\d+)\s+nranks\s+\d+\s+cudaDev\s+\d+\s+(?:nvmlDev\s+\d+\s+)?busId\s+(?P<bus>[0-9a-fA-F]+)"
+    r"(?:\s+commId\s+(?P<comm>0x[0-9a-fA-F]+))?"
 )
 # `comm 0x… rank 1 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0`
 _NNODES = re.compile(
@@ -176,6 +185,10 @@ class NcclLog:
     rank_procs: dict[str, dict[int, tuple[str, int]]] = field(default_factory=dict)  # same, (host, pid)
     bootstrap: dict[tuple[str, int], str] = field(default_factory=dict)  # (host, pid) -> IP
     ambiguous: set[str] = field(default_factory=set)  # rank maps that mix communicators
+    # commId ("" when unknown) -> rank -> GPU bus id ("1b000"), from init lines and old brackets
+    rank_bus: dict[str, dict[int, str]] = field(default_factory=dict)
+    bus_ambiguous: set[str] = field(default_factory=set)  # a rank with two bus ids: mixed comms
+    min_hosts: int = 0  # hosts the log spans at least: most ranks of one map on one bus id
     comm_nnodes: dict[str, int] = field(default_factory=dict)  # commId -> nNodes
     nnodes: int | None = None  # largest `nNodes` any communicator reported
     processes: set[tuple[str, int]] = field(default_factory=set)  # (host, pid) of NCCL lines
@@ -266,14 +279,13 @@ class NcclParser:
             name = (m.group("name") or m.group("init") or "").strip()
             if name and name not in ("IB", "Socket"):
                 log.plugins.add(name)
+        elif "Init" in text and "busId" in text and (m := _INIT_BUS.search(text)):
+            # Only init lines: a `Destroy COMPLETE` line carries no commId to say whose rank it is.
+            self._bus(m.group("comm") or "", int(m.group("rank")), m.group("bus"))
+            if "ncclCommInitRank" in text and (m := _INIT_RANK.search(text)):
+                self._init_rank(m, host, pid)
         elif "ncclCommInitRank" in text and (m := _INIT_RANK.search(text)):
-            comm = m.group("comm")
-            if host is not None:
-                rank = int(m.group("rank"))
-                log.rank_hosts.setdefault(comm, {})[rank] = self._node(host, pid)
-                if pid is not None:
-                    self._last_comm[(host, pid)] = comm
-                    log.rank_procs.setdefault(comm, {})[rank] = (host, pid)
+            self._init_rank(m, host, pid)
         elif "Bootstrap" in text and (m := _BOOTSTRAP.search(text)):
             if host is not None and pid is not None:
                 log.bootstrap[(host, pid)] = m.group("addr")
@@ -290,10 +302,29 @@ class NcclParser:
             log.rank_hosts.setdefault("", {})[rank] = m.group("host")
             log.rank_procs.setdefault("", {})[rank] = proc
 
+    def _init_rank(self, m: re.Match[str], host: str | None, pid: int | None) -> None:
+        comm, log = m.group("comm"), self.log
+        if host is not None:
+            rank = int(m.group("rank"))
+            log.rank_hosts.setdefault(comm, {})[rank] = self._node(host, pid)
+            if pid is not None:
+                self._last_comm[(host, pid)] = comm
+                log.rank_procs.setdefault(comm, {})[rank] = (host, pid)
+
+    def _bus(self, comm: str, rank: int, bus: str) -> None:
+        bus = bus.lower().removeprefix("0x").lstrip("0") or "0"
+        if self.log.rank_bus.setdefault(comm, {}).setdefault(rank, bus) != bus:
+            self.log.bus_ambiguous.add(comm)  # lines of several communicators in one map
+
     def _connection(self, m: re.Match[str], host: str | None, pid: int | None, n: int) -> None:
         via = m.group("via")
         comm = self._last_comm.get((host, pid)) if host is not None and pid is not None else None
         src, dst, direction = int(m.group("src")), int(m.group("dst")), m.group("dir") or ""
+        # NCCL <= 2.17 put bus ids in the brackets (`0[1b000]`), 2.18+ the cuda device (`0[0]`),
+        # which every process of vLLM or Ray sees as 0: only what cannot be a device counts.
+        for rank, dev in ((src, m.group("src_dev")), (dst, m.group("dst_dev"))):
+            if dev and (len(dev) > 2 or not dev.isdigit()):
+                self._bus(comm or "", rank, dev)
         if host is not None and pid is not None:
             # The local side of a connection lives in the line's process: the sender of [send],
             # the receiver of [receive], both ends of an intra-node (direction-less) line.
@@ -338,6 +369,8 @@ class NcclParser:
     def result(self) -> NcclLog:
         conns = [replace(c, count=self._counts[k]) for k, c in self._conns.items()]
         self.log.connections = sorted(conns, key=lambda c: c.line)
+        maps = [m for key, m in self.log.rank_bus.items() if key not in self.log.bus_ambiguous]
+        self.log.min_hosts = max((max(Counter(m.values()).values()) for m in maps if m), default=0)
         return self.log
 
 
@@ -365,9 +398,10 @@ def scope_of(conn: Connection, log: NcclLog) -> str:
     - both ranks are driven by one process (a process never spans nodes);
     - both ranks sit on the same hostname with the same bootstrap IP;
     - both ranks sit on the same hostname (IP unknown) and the log knows at least as many
-      hostnames as it says there are nodes.
-    NCCL itself is no help on a host whose P2P and SHM are disabled: it then reports every GPU
-    as its own node (`nNodes 2 localRanks 1` on one machine, tests/fixtures/verify). Without
+      hostnames as it says there are nodes, or as its bus ids prove there are hosts.
+    It is inter-node when the two ranks report the same GPU bus id: NCCL refuses that within one
+    host. NCCL itself is no help on a host whose P2P and SHM are disabled: it then reports every
+    GPU as its own node (`nNodes 2 localRanks 1` on one machine, tests/fixtures/verify). Without
     proof either way a NET connection is inter-node.
     """
     if conn.transport in (Transport.P2P, Transport.SHM):
@@ -376,11 +410,14 @@ def scope_of(conn: Connection, log: NcclLog) -> str:
     if comm_nodes == 1:
         return "intra"
     for key in dict.fromkeys((conn.comm or "", "")):
-        if key in log.ambiguous:
-            continue
-        procs = log.rank_procs.get(key, {})
+        procs = log.rank_procs.get(key, {}) if key not in log.ambiguous else {}
         if procs.get(conn.src) is not None and procs.get(conn.src) == procs.get(conn.dst):
             return "intra"
+        buses = log.rank_bus.get(key, {}) if key not in log.bus_ambiguous else {}
+        if conn.src != conn.dst and buses.get(conn.src) is not None and buses.get(conn.src) == buses.get(conn.dst):
+            return "inter"
+        if key in log.ambiguous:
+            continue
         hosts = log.rank_hosts.get(key, {})
         src_node, dst_node = hosts.get(conn.src), hosts.get(conn.dst)
         if src_node is None or dst_node is None:
@@ -390,10 +427,10 @@ def scope_of(conn: Connection, log: NcclLog) -> str:
         if "@" in src_node:
             return "intra"
         distinct = len(set(hosts.values()))
-        nodes = comm_nodes or log.nnodes
-        if nodes is None or distinct >= nodes:
+        nodes = max(comm_nodes or log.nnodes or 0, log.min_hosts)
+        if distinct >= nodes:
             return "intra"
-    if comm_nodes is None and log.nnodes == 1:
+    if comm_nodes is None and log.nnodes == 1 and log.min_hosts < 2:
         return "intra"
     return "inter"
 

@@ -134,6 +134,63 @@ def test_intra_node_via_net_is_not_cross_node() -> None:
     assert transport("nccltests373_ibext_v8_same_hostname.log")["intra_via_net"] is False
 
 
+SYNTHETIC = PUBLIC / "synthetic"
+
+
+def test_same_bus_id_on_two_ranks_means_two_hosts() -> None:
+    """Hostnames redacted to one name: ranks 0 and 8 (7 and 15) report the same GPU bus id, which
+    NCCL refuses within one host (`Duplicate GPU detected`), so the log spans two hosts and the
+    NET links are cross-node. Synthetic, modelled on NVIDIA/nccl#527 (see the fixtures README)."""
+    path = SYNTHETIC / "nccl527_redacted_hosts_same_bus_ids.log"
+    assert three_fields(diagnose_json(path)[str(path)]) == (["NET/AWS Libfabric+GDRDMA"], ["P2P/IPC"], "2.9.9")
+
+
+def init(host: str, pid: int, rank: int, bus: str, comm: str = "0x7") -> str:
+    return (
+        f"{host}:{pid}:{pid} [0] NCCL INFO ncclCommInitRank comm 0x5{pid} rank {rank} nranks 2 cudaDev 0 "
+        f"nvmlDev 0 busId {bus} commId {comm} - Init COMPLETE"
+    )
+
+
+def test_same_bus_id_from_init_lines() -> None:
+    """Containers that all call themselves `node`: one bus id for both ranks of a communicator."""
+    lines = [
+        init("node", 11, 0, "1b000"),
+        init("node", 22, 1, "1b000"),
+        "node:11:12 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA",
+        "node:22:23 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [receive] via NET/IB/0/GDRDMA",
+    ]
+    assert summarize_lines(lines).cross_node == ["NET/IB+GDRDMA"]
+    # Different bus ids prove nothing: the same name and no node count still read as one host.
+    lines[1] = init("node", 22, 1, "1c000")
+    assert summarize_lines(lines).intra_node == ["NET/IB+GDRDMA"]
+
+
+def test_bus_ids_never_mislabel_one_host() -> None:
+    # One host, P2P and SHM off: NCCL 2.18+ brackets hold the cuda device, and each process sees
+    # its GPU as device 0 (CUDA_VISIBLE_DEVICES per process, as vLLM and Ray do): not a bus id.
+    lines = [
+        "h:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
+        "h:2:2 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
+        "h:1:3 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0",
+        "h:2:4 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [receive] via NET/Socket/0",
+    ]
+    assert (summarize_lines(lines).cross_node, summarize_lines(lines).intra_node) == ([], ["NET/Socket"])
+    # One process's log with lines of two communicators and no commIds (NCCL <= 2.17 bus ids in
+    # the brackets): GPU 1b000 is rank 0 of one and rank 2 of the other. Rank 0 then has two bus
+    # ids, so the rank map mixes communicators and proves nothing; NCCL's `nNodes 1` decides.
+    lines = [
+        "h:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks 3 nNodes 1 localRanks 3 localRank 0 MNNVL 0",
+        "h:1:3 [0] NCCL INFO Channel 00 : 0[1b000] -> 1[1c000] [send] via NET/Socket/0",
+        "h:1:3 [0] NCCL INFO Channel 00 : 2[1b000] -> 0[1d000] [send] via NET/Socket/0",
+    ]
+    assert (summarize_lines(lines).cross_node, summarize_lines(lines).intra_node) == ([], ["NET/Socket"])
+    # NCCL itself says one node: nothing overrides it.
+    one = [init("h", 1, 0, "1b000"), init("h", 2, 1, "1b000"), "h:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks 2 nNodes 1"]
+    one.append("h:1:3 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0")
+    assert summarize_lines(one).cross_node == []
+
+
 def test_version_sources() -> None:
     assert transport("nccl1297_vllm_worker_no_banner.log")["nccl_version_source"] == "nccl=="
     assert transport("nccl300_mpirun_banner_lo.log")["nccl_version_source"] == "banner"
