@@ -44,7 +44,7 @@ def transport_line(t: TransportSummary) -> str:
         extra.append(f"net plugin {t.inter_plugin}")
     if t.inter_gdrdma is not None and (t.inter_plugin or "IB" in " ".join(t.inter_labels)):
         extra.append("GDRDMA" if t.inter_gdrdma else "no GDRDMA")
-    version = t.version or "?"
+    version = t.version or "version unknown"  # a cudaDriverVersion line names the driver only
     if t.version_source not in (None, "banner"):
         version += f" (no banner; from {t.version_source})"
     if t.cuda_driver:

@@ -325,18 +325,42 @@ def detect_encoding(head: bytes) -> tuple[str, int]:
 def read_lines(stream: BinaryIO, *, max_line: int = nccl.MAX_LINE) -> Iterator[str]:
     """Text lines of a binary stream, decoded streaming (CRLF and CR as newlines, bad bytes
     replaced); a line longer than max_line characters comes in pieces, so a file without any
-    newline (binary, minified) never sits in memory whole."""
+    newline (binary, minified) never sits in memory whole.
+
+    A piece ends where a record begins (`_record_start`): the record cut by max_line goes on
+    into the next piece, read whole and once. A piece is then at most 2 x max_line long.
+    """
     buffered = stream if isinstance(stream, io.BufferedReader) else io.BufferedReader(cast(io.RawIOBase, stream))
     head = buffered.peek(4096)[:4096]
     encoding, skip = detect_encoding(head)
     if skip:
         buffered.read(skip)
     text = io.TextIOWrapper(buffered, encoding=encoding, errors="replace", newline=None)
+    carry = ""
     while True:
-        line = text.readline(max_line)
-        if not line:
-            return
+        piece = text.readline(max_line)
+        if not piece:
+            break
+        line, carry = carry + piece, ""
+        if len(piece) == max_line and not piece.endswith("\n"):
+            cut = _record_start(line)
+            if cut > 0:
+                line, carry = line[:cut], line[cut:]
         yield line
+    if carry:
+        yield carry
+
+
+def _record_start(text: str) -> int:
+    """Where the last record of a cut line begins: the NCCL prefix of the last `NCCL INFO` or
+    `NCCL WARN` (where nccl.NcclParser splits glued records too), else after the last space;
+    0 where there is neither."""
+    at = max(text.rfind("NCCL INFO"), text.rfind("NCCL WARN"))
+    if at < 0:
+        return text.rfind(" ") + 1
+    # A hostname has at most 255 characters: the prefix starts within that much before `at`.
+    prefixes = list(nccl.PREFIX.finditer(text, max(0, at - 300), at + len("NCCL INFO")))
+    return prefixes[-1].start() if prefixes and prefixes[-1].end() > at else at
 
 
 def classify_file(path: str) -> Diagnosis:

@@ -19,7 +19,10 @@ What real logs look like (fixtures with their sources in tests/fixtures/nccl_pub
   cross-node. Hosts are told apart by NCCL's host prefix and pid, `nNodes`/`localRanks`,
   `ncclCommInitRank` lines and nccl-tests' `Rank N … Pid P on HOST` table; a hostname alone is
   not trusted when the log says there are more nodes than distinct hostnames (containers that
-  all call themselves the same).
+  all call themselves the same, hostnames redacted before posting).
+- GPU bus ids (`Init COMPLETE … busId 1b000`, `0[1b000] -> 8[1b000]` up to NCCL 2.17): NCCL
+  refuses two ranks of one communicator on one GPU of one host (`Duplicate GPU detected`), so two
+  ranks with the same bus id sit on two hosts, whatever their hostnames say.
 """
 
 from __future__ import annotations
@@ -44,13 +47,17 @@ class Transport(str, Enum):
 
 
 # NCCL's own prefix `host:pid:tid [dev] NCCL INFO`; anything may stand before it.
-_PREFIX = re.compile(r"(?<![\w.\-])(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[[^\]]*\]\s+NCCL\s+(?:INFO|WARN)")
+PREFIX = re.compile(r"(?<![\w.\-])(?P<host>[\w.\-]+):(?P<pid>\d+):(?P<tid>\d+)\s+\[[^\]]*\]\s+NCCL\s+(?:INFO|WARN)")
+# What NCCL prints after `via`: `NET/IB/1(4)/GDRDMA(PCI)/Shared`. Nothing else, so that what
+# follows without a space (an ANSI colour reset, U+FFFD from a bad byte, Ray's dedup note) stays
+# out of the label.
+_VIA_TOKEN = r"(?:[A-Za-z0-9_./\-]|\([A-Za-z0-9]+\))+"
 # `Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0/GDRDMA`; `Ring 00 : 43 -> 44 [receive] via …`.
 _CHANNEL = re.compile(
     r"(?:Channel|Ring)\s+(?P<channel>\d+)(?:/\d+)?\s*:\s*"
     r"(?P<src>\d+)(?:\[(?P<src_dev>[0-9a-fA-Fx]+)\])?\s*->\s*(?P<dst>\d+)(?:\[(?P<dst_dev>[0-9a-fA-Fx]+)\])?"
     r"(?:\s*\[(?P<dir>send|receive)\])?\s+via\s+"
-    r"(?P<via>direct shared memory|(?:P2P/direct pointer|NET/AWS Libfabric)\S*|\S+)"
+    rf"(?P<via>direct shared memory|(?:P2P/direct pointer|NET/AWS Libfabric)(?:{_VIA_TOKEN})?|{_VIA_TOKEN})"
 )
 # Banners: `NCCL version 2.21.5+cuda12.4` (bare, or after `NCCL INFO`, or after an mpirun/Ray
 # prefix), torch's `…, NCCL version 2.7.8`, torch's tuple `NCCL version: (2, 21, 5)`.
@@ -62,9 +69,13 @@ _VERSION = re.compile(
 # In that order of trust: NCCL_VERSION names the system libnccl of an NGC image, which a pip
 # torch (bundling its own NCCL) need not load.
 _VERSION_OTHER = re.compile(
-    r"(?P<src>nccl==|NCCL_VERSION\s*[=:]\s*|NCCL_VERSION\s+)(?P<v>\d+\.\d+\.\d+)|nccl-library=(?P<code>\d{4,5})\b"
+    r"(?P<src>nccl==|NCCL_VERSION\s*[=:]\s*[\"']?|NCCL_VERSION\s+)(?P<v>\d+\.\d+\.\d+)|nccl-library=(?P<code>\d{4,5})\b"
 )
-VERSION_SOURCES = ("banner", "nccl==", "nccl-library", "NCCL_VERSION")
+# torch.cuda.nccl.version(): the NCCL torch loaded, as a tuple, on the call's line
+# (`torch.cuda.nccl.version() = (2, 21, 5)`) or on the next line, as Python prints it
+# (`>>> torch.cuda.nccl.version()` / `(2, 19, 3)`; pytorch/pytorch#122571).
+_TORCH_TUPLE = re.compile(r"\(\s*(?P<a>\d+),\s*(?P<b>\d+),\s*(?P<c>\d+)\s*(?:,[^)]*)?\)")
+VERSION_SOURCES = ("banner", "nccl==", "torch", "nccl-library", "NCCL_VERSION")
 _CUDA_DRIVER = re.compile(r"cudaDriverVersion\s+(?P<v>\d+)")
 # `NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_1:1/RoCE ; OOB ib0:10.0.0.1<0>`; `[RO]` is a flag,
 # not a device, and follows `NET/IB : No device found.` when there is no card at all. 2.19+
@@ -76,6 +87,12 @@ _PLUGIN = re.compile(r"P2P plugin (?P<name>\S+)|Initialized NET plugin (?P<init>
 _INIT_RANK = re.compile(
     r"ncclCommInitRank\w*\s*(?:comm\s+\S+\s+)?rank\s+(?P<rank>\d+)\s+nranks\s+(?P<nranks>\d+)"
     r".*?commId\s+(?P<comm>0x[0-9a-fA-F]+)"
+)
+# `ncclCommInitRank comm 0x… rank 0 nranks 16 cudaDev 0 nvmlDev 0 busId 18000 commId 0x… - Init
+# COMPLETE`; before 2.12 `comm 0x… rank 0 nranks 2 cudaDev 0 busId 1b000 - Init COMPLETE`.
+_INIT_BUS = re.compile(
+    r"rank\s+(?P<rank>\d+)\s+nranks\s+\d+\s+cudaDev\s+\d+\s+(?:nvmlDev\s+\d+\s+)?busId\s+(?P<bus>[0-9a-fA-F]+)"
+    r"(?:\s+commId\s+(?P<comm>0x[0-9a-fA-F]+))?"
 )
 # `comm 0x… rank 1 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0`
 _NNODES = re.compile(
@@ -168,6 +185,10 @@ class NcclLog:
     rank_procs: dict[str, dict[int, tuple[str, int]]] = field(default_factory=dict)  # same, (host, pid)
     bootstrap: dict[tuple[str, int], str] = field(default_factory=dict)  # (host, pid) -> IP
     ambiguous: set[str] = field(default_factory=set)  # rank maps that mix communicators
+    # commId ("" when unknown) -> rank -> GPU bus id ("1b000"), from init lines and old brackets
+    rank_bus: dict[str, dict[int, str]] = field(default_factory=dict)
+    bus_ambiguous: set[str] = field(default_factory=set)  # a rank with two bus ids: mixed comms
+    min_hosts: int = 0  # hosts the log spans at least: most ranks of one map on one bus id
     comm_nnodes: dict[str, int] = field(default_factory=dict)  # commId -> nNodes
     nnodes: int | None = None  # largest `nNodes` any communicator reported
     processes: set[tuple[str, int]] = field(default_factory=set)  # (host, pid) of NCCL lines
@@ -186,18 +207,24 @@ class NcclParser:
         self._last_comm: dict[tuple[str, int], str] = {}
         self._conns: dict[tuple[object, ...], Connection] = {}
         self._counts: Counter[tuple[object, ...]] = Counter()
+        self._torch_call = False  # the last line called torch's nccl.version(): a tuple may follow
 
     def feed(self, raw: str, lineno: int | None = None) -> None:
         log = self.log
         log.lines += 1
         n = lineno if lineno is not None else log.lines
+        if self._torch_call and (text := raw.strip()):
+            self._torch_call = False
+            if m := _TORCH_TUPLE.fullmatch(text):
+                log.other_versions.setdefault("torch", set()).add(f"{m['a']}.{m['b']}.{m['c']}")
+                return
         if "NCCL" not in raw and "via" not in raw and "nccl" not in raw and "Rank" not in raw:
             return
         line = raw.rstrip("\r\n")
         if "pid=" in line and (ip := _RAY_IP.search(line)):
             log.ray_ips.add(ip.group("ip"))
         # Interleaved writers glue records together: split at every NCCL prefix.
-        starts = list(_PREFIX.finditer(line))
+        starts = list(PREFIX.finditer(line))
         if len(starts) <= 1:
             self._segment(line, starts[0] if starts else None, n)
             return
@@ -205,7 +232,7 @@ class NcclParser:
             self._segment(line[: starts[0].start()], None, n)
         for i, m in enumerate(starts):
             end = starts[i + 1].start() if i + 1 < len(starts) else len(line)
-            self._segment(line[m.start() : end], _PREFIX.match(line, m.start(), end), n)
+            self._segment(line[m.start() : end], PREFIX.match(line, m.start(), end), n)
 
     def _segment(self, text: str, prefix: re.Match[str] | None, n: int) -> None:
         log = self.log
@@ -227,6 +254,12 @@ class NcclParser:
         # Cheap literal guards first: most NCCL INFO lines match none of these.
         if "ersion" in text and (m := _VERSION.search(text)):
             log.versions.add(f"{m.group('a')}.{m.group('b')}.{m.group('c')}")
+        elif "nccl.version()" in text:
+            after = text[text.index("nccl.version()") + len("nccl.version()") :]
+            if m := _TORCH_TUPLE.search(after):
+                log.other_versions.setdefault("torch", set()).add(f"{m['a']}.{m['b']}.{m['c']}")
+            else:
+                self._torch_call = True  # Python prints the result on the next line
         elif ("nccl" in text or "NCCL_VERSION" in text) and (m := _VERSION_OTHER.search(text)):
             if m.group("v"):
                 src = "nccl==" if m.group("src") == "nccl==" else "NCCL_VERSION"
@@ -246,14 +279,13 @@ class NcclParser:
             name = (m.group("name") or m.group("init") or "").strip()
             if name and name not in ("IB", "Socket"):
                 log.plugins.add(name)
+        elif "Init" in text and "busId" in text and (m := _INIT_BUS.search(text)):
+            # Only init lines: a `Destroy COMPLETE` line carries no commId to say whose rank it is.
+            self._bus(m.group("comm") or "", int(m.group("rank")), m.group("bus"))
+            if "ncclCommInitRank" in text and (m := _INIT_RANK.search(text)):
+                self._init_rank(m, host, pid)
         elif "ncclCommInitRank" in text and (m := _INIT_RANK.search(text)):
-            comm = m.group("comm")
-            if host is not None:
-                rank = int(m.group("rank"))
-                log.rank_hosts.setdefault(comm, {})[rank] = self._node(host, pid)
-                if pid is not None:
-                    self._last_comm[(host, pid)] = comm
-                    log.rank_procs.setdefault(comm, {})[rank] = (host, pid)
+            self._init_rank(m, host, pid)
         elif "Bootstrap" in text and (m := _BOOTSTRAP.search(text)):
             if host is not None and pid is not None:
                 log.bootstrap[(host, pid)] = m.group("addr")
@@ -270,10 +302,29 @@ class NcclParser:
             log.rank_hosts.setdefault("", {})[rank] = m.group("host")
             log.rank_procs.setdefault("", {})[rank] = proc
 
+    def _init_rank(self, m: re.Match[str], host: str | None, pid: int | None) -> None:
+        comm, log = m.group("comm"), self.log
+        if host is not None:
+            rank = int(m.group("rank"))
+            log.rank_hosts.setdefault(comm, {})[rank] = self._node(host, pid)
+            if pid is not None:
+                self._last_comm[(host, pid)] = comm
+                log.rank_procs.setdefault(comm, {})[rank] = (host, pid)
+
+    def _bus(self, comm: str, rank: int, bus: str) -> None:
+        bus = bus.lower().removeprefix("0x").lstrip("0") or "0"
+        if self.log.rank_bus.setdefault(comm, {}).setdefault(rank, bus) != bus:
+            self.log.bus_ambiguous.add(comm)  # lines of several communicators in one map
+
     def _connection(self, m: re.Match[str], host: str | None, pid: int | None, n: int) -> None:
         via = m.group("via")
         comm = self._last_comm.get((host, pid)) if host is not None and pid is not None else None
         src, dst, direction = int(m.group("src")), int(m.group("dst")), m.group("dir") or ""
+        # NCCL <= 2.17 put bus ids in the brackets (`0[1b000]`), 2.18+ the cuda device (`0[0]`),
+        # which every process of vLLM or Ray sees as 0: only what cannot be a device counts.
+        for rank, dev in ((src, m.group("src_dev")), (dst, m.group("dst_dev"))):
+            if dev and (len(dev) > 2 or not dev.isdigit()):
+                self._bus(comm or "", rank, dev)
         if host is not None and pid is not None:
             # The local side of a connection lives in the line's process: the sender of [send],
             # the receiver of [receive], both ends of an intra-node (direction-less) line.
@@ -318,6 +369,8 @@ class NcclParser:
     def result(self) -> NcclLog:
         conns = [replace(c, count=self._counts[k]) for k, c in self._conns.items()]
         self.log.connections = sorted(conns, key=lambda c: c.line)
+        maps = [m for key, m in self.log.rank_bus.items() if key not in self.log.bus_ambiguous]
+        self.log.min_hosts = max((max(Counter(m.values()).values()) for m in maps if m), default=0)
         return self.log
 
 
@@ -345,9 +398,10 @@ def scope_of(conn: Connection, log: NcclLog) -> str:
     - both ranks are driven by one process (a process never spans nodes);
     - both ranks sit on the same hostname with the same bootstrap IP;
     - both ranks sit on the same hostname (IP unknown) and the log knows at least as many
-      hostnames as it says there are nodes.
-    NCCL itself is no help on a host whose P2P and SHM are disabled: it then reports every GPU
-    as its own node (`nNodes 2 localRanks 1` on one machine, tests/fixtures/verify). Without
+      hostnames as it says there are nodes, or as its bus ids prove there are hosts.
+    It is inter-node when the two ranks report the same GPU bus id: NCCL refuses that within one
+    host. NCCL itself is no help on a host whose P2P and SHM are disabled: it then reports every
+    GPU as its own node (`nNodes 2 localRanks 1` on one machine, tests/fixtures/verify). Without
     proof either way a NET connection is inter-node.
     """
     if conn.transport in (Transport.P2P, Transport.SHM):
@@ -356,11 +410,14 @@ def scope_of(conn: Connection, log: NcclLog) -> str:
     if comm_nodes == 1:
         return "intra"
     for key in dict.fromkeys((conn.comm or "", "")):
-        if key in log.ambiguous:
-            continue
-        procs = log.rank_procs.get(key, {})
+        procs = log.rank_procs.get(key, {}) if key not in log.ambiguous else {}
         if procs.get(conn.src) is not None and procs.get(conn.src) == procs.get(conn.dst):
             return "intra"
+        buses = log.rank_bus.get(key, {}) if key not in log.bus_ambiguous else {}
+        if conn.src != conn.dst and buses.get(conn.src) is not None and buses.get(conn.src) == buses.get(conn.dst):
+            return "inter"
+        if key in log.ambiguous:
+            continue
         hosts = log.rank_hosts.get(key, {})
         src_node, dst_node = hosts.get(conn.src), hosts.get(conn.dst)
         if src_node is None or dst_node is None:
@@ -370,10 +427,10 @@ def scope_of(conn: Connection, log: NcclLog) -> str:
         if "@" in src_node:
             return "intra"
         distinct = len(set(hosts.values()))
-        nodes = comm_nodes or log.nnodes
-        if nodes is None or distinct >= nodes:
+        nodes = max(comm_nodes or log.nnodes or 0, log.min_hosts)
+        if distinct >= nodes:
             return "intra"
-    if comm_nodes is None and log.nnodes == 1:
+    if comm_nodes is None and log.nnodes == 1 and log.min_hosts < 2:
         return "intra"
     return "inter"
 

@@ -52,6 +52,7 @@ EXPECTED: dict[str, tuple[list[str], list[str], str | None]] = {
     "nccl300_mpirun_banner_lo.log": ([], [], "2.5.6"),
     "horovod3752_mpirun_cuda_driver.log": ([], [], "2.14.3"),
     "nccl1297_vllm_worker_no_banner.log": ([], [], "2.20.5"),
+    "pytorch122571_torch_tuple_ngc_env.log": ([], [], "2.19.3"),
 }
 
 # Our own 2x H200 runs (one host; NCCL_P2P_DISABLE / NCCL_SHM_DISABLE forced the others).
@@ -133,6 +134,63 @@ def test_intra_node_via_net_is_not_cross_node() -> None:
     assert transport("nccltests373_ibext_v8_same_hostname.log")["intra_via_net"] is False
 
 
+SYNTHETIC = PUBLIC / "synthetic"
+
+
+def test_same_bus_id_on_two_ranks_means_two_hosts() -> None:
+    """Hostnames redacted to one name: ranks 0 and 8 (7 and 15) report the same GPU bus id, which
+    NCCL refuses within one host (`Duplicate GPU detected`), so the log spans two hosts and the
+    NET links are cross-node. Synthetic, modelled on NVIDIA/nccl#527 (see the fixtures README)."""
+    path = SYNTHETIC / "nccl527_redacted_hosts_same_bus_ids.log"
+    assert three_fields(diagnose_json(path)[str(path)]) == (["NET/AWS Libfabric+GDRDMA"], ["P2P/IPC"], "2.9.9")
+
+
+def init(host: str, pid: int, rank: int, bus: str, comm: str = "0x7") -> str:
+    return (
+        f"{host}:{pid}:{pid} [0] NCCL INFO ncclCommInitRank comm 0x5{pid} rank {rank} nranks 2 cudaDev 0 "
+        f"nvmlDev 0 busId {bus} commId {comm} - Init COMPLETE"
+    )
+
+
+def test_same_bus_id_from_init_lines() -> None:
+    """Containers that all call themselves `node`: one bus id for both ranks of a communicator."""
+    lines = [
+        init("node", 11, 0, "1b000"),
+        init("node", 22, 1, "1b000"),
+        "node:11:12 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA",
+        "node:22:23 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [receive] via NET/IB/0/GDRDMA",
+    ]
+    assert summarize_lines(lines).cross_node == ["NET/IB+GDRDMA"]
+    # Different bus ids prove nothing: the same name and no node count still read as one host.
+    lines[1] = init("node", 22, 1, "1c000")
+    assert summarize_lines(lines).intra_node == ["NET/IB+GDRDMA"]
+
+
+def test_bus_ids_never_mislabel_one_host() -> None:
+    # One host, P2P and SHM off: NCCL 2.18+ brackets hold the cuda device, and each process sees
+    # its GPU as device 0 (CUDA_VISIBLE_DEVICES per process, as vLLM and Ray do): not a bus id.
+    lines = [
+        "h:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
+        "h:2:2 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
+        "h:1:3 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0",
+        "h:2:4 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [receive] via NET/Socket/0",
+    ]
+    assert (summarize_lines(lines).cross_node, summarize_lines(lines).intra_node) == ([], ["NET/Socket"])
+    # One process's log with lines of two communicators and no commIds (NCCL <= 2.17 bus ids in
+    # the brackets): GPU 1b000 is rank 0 of one and rank 2 of the other. Rank 0 then has two bus
+    # ids, so the rank map mixes communicators and proves nothing; NCCL's `nNodes 1` decides.
+    lines = [
+        "h:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks 3 nNodes 1 localRanks 3 localRank 0 MNNVL 0",
+        "h:1:3 [0] NCCL INFO Channel 00 : 0[1b000] -> 1[1c000] [send] via NET/Socket/0",
+        "h:1:3 [0] NCCL INFO Channel 00 : 2[1b000] -> 0[1d000] [send] via NET/Socket/0",
+    ]
+    assert (summarize_lines(lines).cross_node, summarize_lines(lines).intra_node) == ([], ["NET/Socket"])
+    # NCCL itself says one node: nothing overrides it.
+    one = [init("h", 1, 0, "1b000"), init("h", 2, 1, "1b000"), "h:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks 2 nNodes 1"]
+    one.append("h:1:3 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0")
+    assert summarize_lines(one).cross_node == []
+
+
 def test_version_sources() -> None:
     assert transport("nccl1297_vllm_worker_no_banner.log")["nccl_version_source"] == "nccl=="
     assert transport("nccl300_mpirun_banner_lo.log")["nccl_version_source"] == "banner"
@@ -145,6 +203,26 @@ def test_version_sources() -> None:
     assert (s.version, s.versions) == ("2.21.5", ["2.21.5", "2.15.5"])  # the banner wins
     s = summarize_lines(["torch NCCL version: (2, 21, 5)"])
     assert s.version == "2.21.5"
+
+
+def test_torch_version_tuple() -> None:
+    """torch.cuda.nccl.version() is what torch loaded; an image's NCCL_VERSION need not be."""
+    t = transport("pytorch122571_torch_tuple_ngc_env.log")
+    got = (t["nccl_version"], t["nccl_version_source"], t["nccl_versions"])
+    assert got == ("2.19.3", "torch", ["2.19.3", "2.15.5"])
+    # Synthetic forms: on the call's own line, and in Python's REPL after a blank line.
+    assert summarize_lines(["torch.cuda.nccl.version() = (2, 21, 5)"]).version == "2.21.5"
+    assert summarize_lines([">>> torch.cuda.nccl.version()", "", "(2, 26, 2)"]).version == "2.26.2"
+    # A tuple that does not answer the call is no version.
+    assert summarize_lines(["(2, 19, 3)"]).version is None
+    assert summarize_lines(["print(torch.cuda.nccl.version())", "done", "(2, 19, 3)"]).version is None
+
+
+def test_cuda_driver_is_not_an_nccl_version() -> None:
+    s = summarize_lines(["h:1:1 [0] NCCL INFO cudaDriverVersion 12040"])
+    assert (s.version, s.versions, s.cuda_driver) == (None, [], "12.4")
+    res = CliRunner().invoke(command, ["-"], input=b"h:1:1 [0] NCCL INFO cudaDriverVersion 12040\n")
+    assert "NCCL version unknown, CUDA driver 12.4:" in res.output
 
 
 def test_mixed_versions_are_a_finding() -> None:
@@ -275,6 +353,43 @@ def test_detect_encoding() -> None:
 def test_long_lines_come_in_pieces() -> None:
     pieces = list(read_lines(io.BytesIO(b"x" * 300_000 + b"\nend\n"), max_line=1 << 16))
     assert [len(p) for p in pieces] == [65536, 65536, 65536, 65536, 37857, 4]
+
+
+CUT_RECORD = "h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA\n"
+
+
+def test_a_record_cut_at_64k_reads_whole(tmp_path: Path) -> None:
+    """The reviewer's repro: `via NET/I` | `B/0/GDRDMA` across the 64K piece boundary."""
+    pad = "x" * (65536 - CUT_RECORD.index("IB/0") - 1)
+    path = tmp_path / "cut.log"
+    path.write_text("h:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n" + pad + CUT_RECORD)
+    assert three_fields(diagnose_json(path)[str(path)]) == (["NET/IB+GDRDMA"], [], "2.21.5")
+
+
+@pytest.mark.parametrize("max_line", [100, 1000, 1 << 16])
+def test_glued_records_without_newlines_are_counted_once(max_line: int) -> None:
+    record = "h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC "
+    data = ("garbage " * 20 + record * 5_000).encode()
+    pieces = list(read_lines(io.BytesIO(data), max_line=max_line))
+    assert "".join(pieces) == data.decode()  # nothing lost, nothing read twice
+    assert max(map(len, pieces)) <= 2 * max_line  # memory stays bounded
+    assert summarize_lines(pieces).intra_labels == {"P2P/IPC": 5_000}
+
+
+@pytest.mark.parametrize(
+    "tail",
+    ["\ufffd", "\x1b[0m", "\x1b[32m[repeated 7x across cluster]\x1b[0m", "\x00", "\u00e9t\u00e9"],
+    ids=["replacement-char", "ansi-reset", "ray-dedup", "nul", "latin"],
+)
+def test_via_label_keeps_only_what_nccl_prints(tail: str) -> None:
+    s = summarize_lines([f"h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC{tail}"])
+    assert s.intra_labels == {"P2P/IPC": 1}
+
+
+def test_utf16_cut_at_an_odd_byte(tmp_path: Path) -> None:
+    path = tmp_path / "u16.log"
+    path.write_bytes("a:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC".encode("utf-16-le") + b"\n")
+    assert three_fields(diagnose_json(path)[str(path)]) == ([], ["P2P/IPC"], None)
 
 
 def _peak(path: Path) -> int:
