@@ -13,7 +13,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
@@ -22,12 +22,21 @@ from typing import Any
 # holds the import lock, which delayed the first requests of a paced run (kit's CLI imports
 # verb modules lazily, so only `kit bench`/`kit tune` pay for it).
 import requests
+import urllib3
 
 from kit.bench.dataset import Prompt
 from kit.bench.metrics import RequestRecord
 from kit.bench.schedule import LoadPoint, arrivals
 
 MAX_THREADS = 256
+# The connection dropped under a request: the server is gone, stop sending (raw urllib3 errors
+# come from read1; requests wraps the ones raised before the body).
+CONNECTION_LOST = (
+    requests.exceptions.ConnectionError,
+    requests.exceptions.ChunkedEncodingError,
+    urllib3.exceptions.ProtocolError,
+    urllib3.exceptions.ReadTimeoutError,
+)
 Progress = Callable[[int, int, int], None]  # (finished, failed, total)
 
 
@@ -111,6 +120,15 @@ def apply_message(record: RequestRecord, message: str, now: float, last: float) 
     return last
 
 
+def arriving(resp: requests.Response) -> Iterator[bytes]:
+    """The response body piece by piece, each as soon as it arrives. read1 returns what is there
+    (at most one socket read), for a chunked body and for one that ends when the connection
+    closes alike; `iter_content(chunk_size=None)` waits for the whole body in the second case
+    (urllib3 reads to EOF), which made TTFT == E2E behind some proxies."""
+    while piece := resp.raw.read1(65536, decode_content=True):  # gzip decoded as iter_content did
+        yield piece
+
+
 def _short(exc: BaseException) -> str:
     text = str(exc).replace("\n", " ")
     for marker in ("Connection refused", "Connection reset", "Remote end closed", "timed out", "Read timed out"):
@@ -174,9 +192,7 @@ class Runner:
                     self.stop("the server answered 401 Unauthorized")
                 return record
             sse = SSEBuffer()
-            for chunk in resp.iter_content(chunk_size=None):
-                if not chunk:
-                    continue
+            for chunk in arriving(resp):
                 now = time.perf_counter()
                 for message in sse.add(chunk):
                     last = apply_message(record, message, now, last)
@@ -187,10 +203,16 @@ class Runner:
                 record.latency = last - record.start
             else:
                 record.error = "no token arrived before the stream ended"
-        except (requests.exceptions.RequestException, OSError, ValueError, AttributeError) as exc:
+        except (
+            requests.exceptions.RequestException,
+            urllib3.exceptions.HTTPError,
+            OSError,
+            ValueError,
+            AttributeError,
+        ) as exc:
             record.success = False
             record.error = "stopped" if self._abort.is_set() and self._reason else _short(exc)
-            if isinstance(exc, requests.exceptions.ConnectionError | requests.exceptions.ChunkedEncodingError):
+            if isinstance(exc, CONNECTION_LOST):
                 self.stop(f"the server stopped answering ({record.error})")
         finally:
             if resp is not None:

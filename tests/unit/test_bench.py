@@ -161,6 +161,9 @@ class FakeVLLM(BaseHTTPRequestHandler):
     token_delay = 0.005
     die_after: int | None = None
     served = 0
+    # False: no chunked encoding, the body ends when the connection closes (some proxies and
+    # gateways stream SSE like that); the client must still see each event as it arrives.
+    chunked = True
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -198,12 +201,16 @@ class FakeVLLM(BaseHTTPRequestHandler):
         n = body["max_completion_tokens"]
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Transfer-Encoding", "chunked")
+        if cls.chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+        else:
+            self.send_header("Connection", "close")
+            self.close_connection = True
         self.end_headers()
 
         def send(data: str) -> None:
             raw = f"data: {data}\n\n".encode()
-            self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
+            self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n" if cls.chunked else raw)
             self.wfile.flush()
 
         send(json.dumps({"choices": [{"delta": {"role": "assistant", "content": ""}}]}))
@@ -212,13 +219,16 @@ class FakeVLLM(BaseHTTPRequestHandler):
             send(json.dumps({"choices": [{"delta": {"content": " w"}}]}))
         send(json.dumps({"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": n}}))
         send("[DONE]")
-        self.wfile.write(b"0\r\n\r\n")
+        if cls.chunked:
+            self.wfile.write(b"0\r\n\r\n")
 
 
 @pytest.fixture
 def fake_server() -> Iterator[str]:
     FakeVLLM.served = 0
     FakeVLLM.die_after = None
+    FakeVLLM.chunked = True
+    FakeVLLM.token_delay = 0.005
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeVLLM)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -238,6 +248,22 @@ def test_runner_measures_a_streaming_server(fake_server: str) -> None:
         assert 0 < r.ttft <= r.latency and len(r.itl) == 5  # the role chunk is the first "token"
         assert r.latency == pytest.approx(r.ttft + sum(r.itl))
     assert 4.0 <= m["median_itl_ms"] < 30.0
+
+
+@pytest.mark.parametrize("chunked", [True, False], ids=["chunked", "until-close"])
+def test_runner_times_each_token_as_it_arrives(fake_server: str, chunked: bool) -> None:
+    """TTFT, ITL and E2E come from when each SSE event arrives, whether the body is chunked or
+    ends at connection close (read as a whole, TTFT == E2E and every ITL ~0)."""
+    FakeVLLM.chunked = chunked
+    FakeVLLM.token_delay = 0.04
+    run = Runner(Target(fake_server, "tiny", api_key="sk-test")).run(
+        dataset.fixed(2, 4, 6), schedule.LoadPoint(float("inf"), 1)
+    )
+    assert run.stopped is None and len(run.records) == 2
+    for r in run.records:
+        assert r.success and r.output_tokens == 6 and len(r.itl) == 6
+        assert r.ttft < 0.5 * r.latency  # the role chunk comes at once, the 6 tokens ~0.24 s later
+        assert all(0.02 < gap < 0.2 for gap in r.itl), r.itl
 
 
 def test_runner_stops_when_the_server_dies(fake_server: str) -> None:
