@@ -131,6 +131,8 @@ def test_jsonl_and_sharegpt_files(tmp_path: Path) -> None:
         ('{"messages": [{"role": "user"}]}\n', '"messages" must be'),
         ("[1, 2]", "expected a JSON object"),
         ("\n\n", "no prompts"),
+        ("[" * 100_000, r"p\.jsonl: not valid JSON \(nested too deeply\)"),  # RecursionError in json
+        ('{"prompt": "ok"}\n' + "[" * 100_000 + "\n", r"p\.jsonl:2: not valid JSON \(nested too deeply\)"),
     ],
 )
 def test_malformed_dataset_is_one_config_error(tmp_path: Path, text: str, match: str) -> None:
