@@ -214,7 +214,7 @@ def command(
             )
         from kit.bench.plot import plot
 
-        docs = [results.load(p) for p in from_files]
+        docs = [results.load(p, "--from") for p in from_files]
         plot(docs, [p.stem for p in from_files], plot_path)
         emit("bench", {"plot": str(plot_path)}, as_json=as_json, text=f"wrote {plot_path}")
         return

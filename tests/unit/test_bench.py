@@ -314,6 +314,55 @@ def test_compare_ratios_and_direction() -> None:
     assert results.compare(doc(1, 1), {**doc(1, 1), "points": []}) == []
 
 
+GOOD_RESULT = {
+    "kind": "kit-bench",
+    "target": {"url": "http://x", "model": "m"},
+    "points": [{"rate": None, "concurrency": 1, "metrics": {"completed": 1, "output_throughput": 5.0}}],
+}
+
+
+@pytest.mark.parametrize(
+    ("doc", "problem"),
+    [
+        ({"kind": "kit-bench", "points": [{"rate": None, "concurrency": 1}]}, 'point 1 has no "metrics" object'),
+        ({"kind": "other", "points": []}, 'not a kit bench result (no "kind": "kit-bench")'),
+        ({"kind": "kit-bench", "points": {}}, '"points" is not a list'),
+        ({"kind": "kit-bench", "points": [1]}, "point 1 is not an object"),
+        ({"kind": "kit-bench", "target": "x", "points": []}, '"target" is not an object'),
+        ({"kind": "kit-bench", "points": [{"rate": "fast", "metrics": {}}]}, "point 1: rate 'fast' is not a number"),
+        ({"kind": "kit-bench", "points": [{"concurrency": 1.5, "metrics": {}}]}, "concurrency 1.5 is not an integer"),
+        (
+            {"kind": "kit-bench", "points": [{"metrics": {"median_ttft_ms": "1", "output_throughput": [1]}}]},
+            "point 1: metrics median_ttft_ms, output_throughput not a number",
+        ),
+        ({"kind": "kit-bench", "points": [{"metrics": {"errors": []}}]}, 'point 1: metrics "errors" is not an object'),
+        ("[" * 100_000, "is not JSON (nested too deeply)"),
+    ],
+)
+def test_bad_results_file_is_one_line_exit_3(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], doc: Any, problem: str
+) -> None:
+    """--compare and --plot --from check what they load: one line naming the file and the
+    problem, exit 3 (a bad input file, like a bad kit.yaml), never a KeyError traceback."""
+    from kit.cli import main
+
+    bad, good = tmp_path / "m1.json", tmp_path / "good.json"
+    bad.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    good.write_text(json.dumps(GOOD_RESULT))
+    for argv, flag in (
+        (["bench", "--compare", str(bad), str(good)], "--compare"),
+        (["bench", "--compare", str(good), str(bad)], "--compare"),
+        (["bench", "--plot", str(tmp_path / "p.png"), "--from", str(good), "--from", str(bad)], "--from"),
+    ):
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        err = capsys.readouterr().err
+        assert info.value.code == 3, err
+        assert err.count("\n") == 1 and err.startswith(f"kit: error: {flag}: {bad}")
+        assert problem in err and "Traceback" not in err
+    assert results.load(good) == GOOD_RESULT
+
+
 # ---------------------------------------------------------------- kit tune's pure pieces
 
 
