@@ -3,7 +3,9 @@
 Timing follows vLLM's openai-chat client: the clock starts before the POST, each SSE message
 is stamped when it is parsed, the first message with `choices` is the first token.
 A connection refused / reset (server gone), a 401 or the deadline stops sending further
-requests; what was measured so far is returned with the reason.
+requests; what was measured so far is returned with the reason. The deadline (kit tune's
+budget) bounds every wait: no request starts after it, none waits for an answer past it, and
+streams still open then are cut.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from kit.bench.metrics import RequestRecord
 from kit.bench.schedule import LoadPoint, arrivals
 
 MAX_THREADS = 256
+BUDGET_STOP = "the time budget ran out"
 # The connection dropped under a request: the server is gone, stop sending (raw urllib3 errors
 # come from read1; requests wraps the ones raised before the body).
 CONNECTION_LOST = (
@@ -98,11 +101,15 @@ def request_body(target: Target, prompt: Prompt) -> dict[str, Any]:
     return body
 
 
+def is_done(message: str) -> bool:
+    return message.removeprefix("data:").strip() == "[DONE]"
+
+
 def apply_message(record: RequestRecord, message: str, now: float, last: float) -> float:
     """Fold one SSE message into the record; returns the new time of the last token chunk."""
     if message.startswith(":"):
         return last
-    data = message.removeprefix("data: ").strip()
+    data = message.removeprefix("data:").strip()
     if data == "[DONE]":
         return last
     event = json.loads(data)
@@ -138,11 +145,13 @@ def _short(exc: BaseException) -> str:
 
 
 class Runner:
-    """One load point at a time; `stop()` (another thread, Ctrl-C) ends it early."""
+    """One load point at a time; `stop()` (another thread, Ctrl-C) ends it early. `deadline`
+    (time.monotonic()) ends every run and request at that time."""
 
-    def __init__(self, target: Target, on_progress: Progress | None = None) -> None:
+    def __init__(self, target: Target, on_progress: Progress | None = None, deadline: float | None = None) -> None:
         self.target = target
         self.on_progress = on_progress or (lambda *_: None)
+        self.deadline = deadline
         self._local = threading.local()
         self._abort = threading.Event()
         self._reason: str | None = None
@@ -156,9 +165,17 @@ class Runner:
         self._abort.set()
         with self._lock:
             responses = list(self._open)
-        for resp in responses:  # unblocks threads reading a stream
+        for resp in responses:
+            # shutdown() wakes a thread blocked reading this socket (close() alone does not: the
+            # socket stays open while urllib3's reader holds it); needs urllib3 >= 2.3.
+            with contextlib.suppress(Exception):
+                resp.raw.shutdown()
             with contextlib.suppress(Exception):
                 resp.close()
+
+    def left(self) -> float | None:
+        """Seconds until the deadline (None: no deadline)."""
+        return None if self.deadline is None else self.deadline - time.monotonic()
 
     def _session(self) -> Any:
         session = getattr(self._local, "session", None)
@@ -169,8 +186,13 @@ class Runner:
 
     def one(self, index: int, prompt: Prompt, arrival: float | None = None) -> RequestRecord | None:
         """Send one request and time it; None when the run was stopped before it was sent."""
+        left = self.left()
+        if left is not None and left <= 0:
+            self.stop(BUDGET_STOP)
         if self._abort.is_set():
             return None
+        # Waiting for the answer's headers ends at the deadline too (the stream itself is cut by stop()).
+        read_timeout = self.target.timeout_s if left is None else min(self.target.timeout_s, left)
         record = RequestRecord(index=index, expected_output_tokens=prompt.output_len)
         url = f"{self.target.base_url}/v1/chat/completions"
         body = request_body(self.target, prompt)
@@ -180,7 +202,11 @@ class Runner:
         resp = None
         try:
             resp = self._session().post(
-                url, json=body, headers=self.target.headers(), stream=True, timeout=(10, self.target.timeout_s)
+                url,
+                json=body,
+                headers=self.target.headers(),
+                stream=True,
+                timeout=(min(10, read_timeout), read_timeout),
             )
             with self._lock:
                 self._open.add(resp)
@@ -192,13 +218,18 @@ class Runner:
                     self.stop("the server answered 401 Unauthorized")
                 return record
             sse = SSEBuffer()
+            finished = False  # saw [DONE]: a stream that ended by itself, not one stop() cut
             for chunk in arriving(resp):
                 now = time.perf_counter()
                 for message in sse.add(chunk):
                     last = apply_message(record, message, now, last)
+                    finished = finished or is_done(message)
             for message in sse.rest():
                 last = apply_message(record, message, time.perf_counter(), last)
-            if record.chunks:
+                finished = finished or is_done(message)
+            if not finished and self._abort.is_set() and self._reason:  # stop() cut it short
+                record.error = "stopped"
+            elif record.chunks:
                 record.success = True
                 record.latency = last - record.start
             else:
@@ -212,7 +243,10 @@ class Runner:
         ) as exc:
             record.success = False
             record.error = "stopped" if self._abort.is_set() and self._reason else _short(exc)
-            if isinstance(exc, CONNECTION_LOST):
+            left = self.left()
+            if left is not None and left <= 0:
+                self.stop(BUDGET_STOP)  # timed out at the deadline: the budget's doing, not the server's
+            elif isinstance(exc, CONNECTION_LOST):
                 self.stop(f"the server stopped answering ({record.error})")
         finally:
             if resp is not None:
@@ -228,7 +262,6 @@ class Runner:
         *,
         seed: int = 0,
         burstiness: float = 1.0,
-        deadline: float | None = None,
     ) -> PointRun:
         """Send every prompt at its arrival time with at most `point.concurrency` in flight."""
         self._abort.clear()
@@ -256,21 +289,24 @@ class Runner:
         try:
             for i, (prompt, offset) in enumerate(zip(prompts, offsets, strict=True)):
                 while not self._abort.is_set():
+                    left = self.left()
+                    if left is not None and left <= 0:
+                        self.stop(BUDGET_STOP)  # cuts the streams still open
+                        break
                     delay = start + offset - time.perf_counter()
                     if delay <= 0:
                         break
-                    self._abort.wait(min(delay, 0.2))
-                if deadline is not None and time.time() >= deadline:
-                    self.stop("the time budget ran out")
+                    self._abort.wait(min(delay, 0.2) if left is None else min(delay, 0.2, left))
                 if self._abort.is_set():
                     break
                 futures.append(pool.submit(task, i, prompt, time.perf_counter()))
             # Queued requests return at once after a stop; in-flight ones are closed by stop().
             pending = set(futures)
             while pending:
-                _, pending = wait(pending, timeout=0.2)
-                if pending and deadline is not None and time.time() >= deadline:
-                    self.stop("the time budget ran out")
+                left = self.left()
+                if left is not None and left <= 0:
+                    self.stop(BUDGET_STOP)  # cuts the streams still open
+                _, pending = wait(pending, timeout=0.2 if left is None or left <= 0 else min(left, 0.2))
         except KeyboardInterrupt:  # Ctrl-C: keep what was measured; the caller saves it and re-raises
             self.stop("interrupted")
         except BaseException:

@@ -32,14 +32,10 @@ def parse_budget(text: str) -> float:
     return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
 
 
-def layout_config(config: KitConfig, layout: Layout, remaining: float) -> KitConfig:
+def layout_config(config: KitConfig, layout: Layout) -> KitConfig:
     o = layout.overrides(config.gpus_per_node)
     model = dataclasses.replace(config.model, tp=o["model.tp"], pp=o["model.pp"], dp=o["model.dp"], ep=o["model.ep"])
-    cap = max(int(remaining), 1)
-    timeouts = dataclasses.replace(
-        config.timeouts, join=min(config.timeouts.join, cap), ready=min(config.timeouts.ready, cap)
-    )
-    return config.replace(nodes=o["nodes"], gpus_per_node=o["gpus_per_node"], model=model, timeouts=timeouts)
+    return config.replace(nodes=o["nodes"], gpus_per_node=o["gpus_per_node"], model=model)
 
 
 def check_layout(
@@ -48,7 +44,7 @@ def check_layout(
     """The plan checks `kit up` makes, for this layout, naming the layout in the error."""
     from kit.plan.topology import check_config
 
-    lconf = layout_config(config, layout, config.timeouts.ready)
+    lconf = layout_config(config, layout)
     experts = model_experts(lconf) if layout.ep else None
     try:
         check_config(lconf, {}, attention_heads=heads, kv_heads=kv, experts=experts)
@@ -70,8 +66,10 @@ def check_local(config: KitConfig) -> None:
         )
 
 
-def serve_layout(resolved: Resolved, config: KitConfig, say: Callable[[str], None]) -> dict[str, Any]:
-    """kit up (workers, then the head) and kit serve, as `kit demo` does."""
+def serve_layout(resolved: Resolved, config: KitConfig, say: Callable[[str], None], deadline: float) -> dict[str, Any]:
+    """kit up (workers, then the head) and kit serve, as `kit demo` does. Every wait ends at
+    `deadline` (time.monotonic(), the budget's end): the waits share it, each does not get the
+    whole remainder."""
     from kit.commands.serve import serve_cluster
     from kit.commands.up import plan_up, start_node
     from kit.runtime import get_runtime
@@ -80,8 +78,8 @@ def serve_layout(resolved: Resolved, config: KitConfig, say: Callable[[str], Non
     for role in roles:
         spec, net = plan_up(dataclasses.replace(resolved, config=config), role)
         say(f"  kit up --{role.kind}: {spec.name} at {net.ip}")
-        start_node(config, spec, replace=True, wait=True, as_json=True)
-    return serve_cluster(config, get_runtime(config), on_progress=lambda line: None)
+        start_node(config, spec, replace=True, wait=True, as_json=True, deadline=deadline)
+    return serve_cluster(config, get_runtime(config), on_progress=lambda line: None, deadline=deadline)
 
 
 @click.command(name="tune")
@@ -129,7 +127,9 @@ def command(
     from kit.runtime import get_runtime
     from kit.state import state_dir
 
-    deadline = time.time() + parse_budget(budget)
+    # The budget's end, on the clock every wait below compares with: bring-up, warm-up and
+    # measurement of every layout share it.
+    deadline = time.monotonic() + parse_budget(budget)
     load = build_load(flags)
     resolved = resolve_cluster(config_path, cluster, set_values)
     config = resolved.config
@@ -179,13 +179,13 @@ def command(
             say(f"{layout.name}: {entry['status']} in an earlier run (kept; --fresh measures it again)")
             doc["points"].extend(entry.get("points") or ([entry["point"]] if entry.get("point") else []))
             continue
-        remaining = deadline - time.time()
+        remaining = deadline - time.monotonic()
         nodes = layout.nodes(config.gpus_per_node)
         if remaining < MIN_LAYOUT_S:
             state["layouts"][layout.name] = {"status": "skipped", "nodes": nodes, "error": "time budget used up"}
             say(f"{layout.name}: skipped (time budget used up)")
             continue
-        lconf = layout_config(config, layout, remaining)
+        lconf = layout_config(config, layout)
         say(
             f"{layout.name}: {nodes} node(s), TP={layout.tp} PP={layout.pp}"
             + (f" DP={layout.dp}" if layout.dp > 1 else "")
@@ -194,12 +194,12 @@ def command(
         started = time.monotonic()
         record: dict[str, Any] = {"status": "failed", "nodes": nodes}
         try:
-            served = serve_layout(resolved, lconf, say)
+            served = serve_layout(resolved, lconf, say, deadline)
             record["ready_s"] = round(time.monotonic() - started, 1)
             say(f"  serving at {served['url']} after {record['ready_s']} s; measuring")
             from kit.commands.bench import cluster_info
 
-            version = measure.server_version(served["url"], key)
+            version = measure.server_version(served["url"], key, timeout=min(5, deadline - time.monotonic()))
             target = Target(
                 base_url=served["url"],
                 model=config.served_name,
@@ -238,7 +238,7 @@ def command(
             )
         except KitError as err:
             record["error"] = err.message
-            if time.time() >= deadline - 1:  # cut short by the budget: measured again next run
+            if time.monotonic() >= deadline - 1:  # cut short by the budget: measured again next run
                 record.update({"status": "skipped", "error": f"time budget ran out ({err.message})"})
             say(f"  {layout.name} {record['status']}: {err.message}")
         except BaseException:

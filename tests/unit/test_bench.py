@@ -508,3 +508,128 @@ def test_plot_from_saved_results(tmp_path: Path) -> None:
     png = plot([doc("tp1", 1.0), doc("tp2", 2.0)], ["a", "b"], tmp_path / "p.png")
     image = mpimg.imread(str(png))
     assert image.shape[:2] == (380, 1200) and image.std() > 0.01
+
+
+# ---------------------------------------------------------------- kit tune's budget is one deadline
+
+
+def test_warm_up_and_measurement_end_at_the_deadline(fake_server: str) -> None:
+    """A server that stalls mid-stream (5 s between tokens): the warm-up request and the
+    measured ones are cut at the deadline, not at the 600 s request timeout or the next token."""
+    from kit.bench.measure import Load, run_load
+    from kit.bench.runner import BUDGET_STOP
+    from kit.output import LiveLine
+
+    FakeVLLM.token_delay = 5.0
+    target = Target(fake_server, "tiny", api_key="sk-test")
+    for warmup in (1, 0):
+        load = Load(prompts=dataset.fixed(2, 2, 4), points=[schedule.LoadPoint(float("inf"), 2)], warmup=warmup)
+        doc: dict[str, Any] = {"points": []}
+        start = time.monotonic()
+        stopped = run_load(target, load, doc, save_to=None, live=LiveLine(as_json=True), deadline=start + 1.0)
+        assert stopped == BUDGET_STOP
+        assert time.monotonic() - start < 1.6
+        if warmup:
+            assert doc["points"] == []  # cut during the warm-up: nothing measured
+        else:
+            (point,) = doc["points"]
+            assert point["stopped"] == BUDGET_STOP and point["metrics"]["failed"] == 2
+            assert {r["error"] for r in point["requests"]} == {"stopped"}
+
+
+class SlowNodes:
+    """A runtime whose nodes become ready `ready_s` after they start (each wait sleeps, at most
+    its timeout) and whose server never answers /health: a bring-up that eats the budget."""
+
+    name = "docker"
+
+    def __init__(self, ready_s: float) -> None:
+        self.ready_s = ready_s
+        self.specs: dict[str, Any] = {}
+        self.launched: set[str] = set()
+        self.waits: list[float] = []
+        self.removed: list[str] = []
+
+    def find_nodes(self, cluster: str) -> list[Any]:
+        from kit.runtime.base import NodeHandle
+
+        return [
+            NodeHandle(name, cluster, spec.role.kind, spec.role.rank, "running", ip="127.0.0.1")
+            for name, spec in self.specs.items()
+        ]
+
+    def state(self, name: str) -> str | None:
+        return "running" if name in self.specs else None
+
+    def ensure_network(self, name: str, subnet: str, cluster: str) -> None:
+        pass
+
+    def start(self, spec: Any) -> None:
+        self.specs[spec.name] = spec
+
+    def remove(self, name: str) -> bool:
+        return self.specs.pop(name, None) is not None
+
+    def wait_for_mark(self, name: str, marks: Any, *, timeout: float, on_progress: Any, what: str) -> str:
+        from kit.errors import StartError
+
+        self.waits.append(timeout)
+        time.sleep(min(timeout, self.ready_s))
+        if timeout < self.ready_s:
+            raise StartError(f"{name}: timed out after {timeout:.0f} s waiting for {what}")
+        return marks[0]
+
+    def exec(self, node: Any, argv: Any, **_: Any) -> Any:
+        from kit.runtime.base import ExecResult
+
+        return ExecResult(0 if node.name in self.launched else 1, "", "")
+
+    def exec_detached(self, node: Any, argv: Any) -> None:
+        self.launched.add(node.name)
+
+    def remove_cluster(self, cluster: str) -> dict[str, list[str]]:
+        self.removed.append(cluster)
+        self.specs.clear()
+        self.launched.clear()
+        return {}
+
+
+def test_tune_budget_bounds_the_whole_bring_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Worker wait, head wait and /health wait of a 2-node layout share the budget's end: each
+    node takes 1 s, the server never gets healthy, the budget is 3 s. Each wait used to get the
+    whole remainder (1 + 1 + 3 s here; ~3x the budget on a real cluster)."""
+    import kit.client
+    import kit.commands.tune
+    import kit.runtime
+    from kit.cli import main
+
+    runtime = SlowNodes(ready_s=1.0)
+    monkeypatch.setattr(kit.runtime, "get_runtime", lambda config: runtime)
+    monkeypatch.setattr(kit.client, "health", lambda url, timeout=3: False)
+    monkeypatch.setattr(kit.commands.tune, "MIN_LAYOUT_S", 0)
+    env = {
+        "KIT_STATE_DIR": str(tmp_path / "state"),
+        "KIT_CLUSTER": "kt",
+        "KIT_BACKEND": "mp",
+        "KIT_ACCELERATOR": "cpu",
+        "KIT_NODES": "2",
+        "KIT_GPUS_PER_NODE": "1",
+        "KIT_MODEL_ID": "kit/tiny-llama",
+        "KIT_NETWORK": "kt-net",
+        "KIT_NETWORK_SUBNET": "10.251.7.0/24",
+        "KIT_HF_CACHE": str(tmp_path / "hf"),
+    }
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    start = time.monotonic()
+    with pytest.raises(SystemExit) as info:
+        main(["tune", "--layouts", "tp1-dp2", "--budget", "3s", "-o", str(tmp_path / "t.json"), "--json"])
+    elapsed = time.monotonic() - start
+    assert info.value.code == 0, capsys.readouterr().err
+    assert elapsed < 3 + 1.0, (elapsed, runtime.waits)
+    assert runtime.waits[0] <= 3 and runtime.waits[1] <= 2.1  # the head's wait got what the worker left
+    doc = json.loads(capsys.readouterr().out)["result"]
+    assert doc["ranking"][0]["status"] == "skipped" and "time budget" in doc["ranking"][0]["error"]
+    assert runtime.removed == ["kt"] and not runtime.specs  # torn down
