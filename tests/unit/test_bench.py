@@ -4,6 +4,7 @@ and the runner against a small real HTTP server that streams like vLLM (SSE, usa
 
 from __future__ import annotations
 
+import _thread
 import json
 import math
 import socket
@@ -166,6 +167,7 @@ class FakeVLLM(BaseHTTPRequestHandler):
     # False: no chunked encoding, the body ends when the connection closes (some proxies and
     # gateways stream SSE like that); the client must still see each event as it arrives.
     chunked = True
+    interrupt_at: int | None = None  # Ctrl-C in the test's main thread when this request arrives
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -196,6 +198,8 @@ class FakeVLLM(BaseHTTPRequestHandler):
             return
         cls = type(self)
         cls.served += 1
+        if cls.served == cls.interrupt_at:
+            _thread.interrupt_main()
         if cls.die_after is not None and cls.served > cls.die_after:
             self.connection.shutdown(socket.SHUT_RDWR)  # the server is gone: connections drop
             self.close_connection = True
@@ -231,6 +235,7 @@ def fake_server() -> Iterator[str]:
     FakeVLLM.die_after = None
     FakeVLLM.chunked = True
     FakeVLLM.token_delay = 0.005
+    FakeVLLM.interrupt_at = None
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeVLLM)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -437,6 +442,52 @@ def test_tune_ranking_and_state(tmp_path: Path) -> None:
     assert load_state(path, state_key({"load": 2}))["layouts"] == {}  # another load: start over
 
 
+def _entry(tput: float, e2e: float = 100.0, *, status: str = "done", nodes: int = 1, failed: int = 0) -> dict[str, Any]:
+    m = {"output_throughput": tput, "request_throughput": 1.0, "median_ttft_ms": 1.0, "median_tpot_ms": 1.0}
+    return {"status": status, "nodes": nodes, "point": {"metrics": {**m, "median_e2el_ms": e2e, "failed": failed}}}
+
+
+def test_tune_ranks_unmeasured_layouts_last_and_never_recommends_them() -> None:
+    """After a budget cut: a layout measured in part ranks above layouts with no data, whatever
+    its failed-request count, and only a clean finished layout is recommended."""
+    from kit.bench.tune import rank, recommendation
+
+    ranking = rank(
+        {
+            "tp1": {"status": "skipped", "nodes": 1, "error": "time budget used up"},
+            "tp2": _entry(80, failed=3, status="partial", nodes=2),
+            "tp1-dp2": {"status": "failed", "nodes": 2, "error": "did not start"},
+            "tp4": {"status": "interrupted", "nodes": 4, "error": "interrupted"},
+        }
+    )
+    assert ranking[0]["layout"] == "tp2"
+    assert {r["layout"] for r in ranking[1:]} == {"tp1", "tp1-dp2", "tp4"}
+    assert recommendation(ranking, 0.05) is None
+    clean = rank({"tp1": {"status": "skipped", "nodes": 1}, "tp2": _entry(50, nodes=2), "tp4": _entry(90, failed=1)})
+    assert [r["layout"] for r in clean] == ["tp2", "tp4", "tp1"]
+    assert recommendation(clean, 0.05)["layout"] == "tp2"  # type: ignore[index]
+
+
+def test_tune_tie_goes_to_fewer_nodes_then_gpus() -> None:
+    from kit.bench.tune import rank, recommendation, recommendation_line
+
+    # 2 GPUs per node: tp2 fits one node, tp1-dp4 needs two
+    ranking = rank({"tp1-dp4": _entry(115.5, nodes=2), "tp2": _entry(115.4, nodes=1), "tp1": _entry(60.0, nodes=1)})
+    assert [r["layout"] for r in ranking] == ["tp1-dp4", "tp2", "tp1"]
+    best = recommendation(ranking, 0.05)
+    assert best is not None and best["layout"] == "tp2" and best["over"] == "tp1-dp4"
+    line = recommendation_line(best, ranking, 0.05)
+    assert line.startswith("recommended: tp2 (115.4 output tokens/s; tp1-dp4 made 115.5, within the 5% tie")
+    assert "fewer nodes/GPUs: 1 node(s), 2 GPU(s) vs 2, 4" in line
+    no_tie = recommendation(ranking, 0.0)
+    assert no_tie is not None and no_tie["layout"] == "tp1-dp4" and no_tie["over"] is None
+    assert recommendation_line(no_tie, ranking, 0.0) == "recommended: tp1-dp4 (115.5 output tokens/s)"
+    # same nodes: fewer GPUs wins the tie; outside the tolerance the fastest stays
+    same_nodes = rank({"tp1-dp2": _entry(100.0, nodes=1), "tp1": _entry(97.0, nodes=1)})
+    assert recommendation(same_nodes, 0.05)["layout"] == "tp1"  # type: ignore[index]
+    assert recommendation(same_nodes, 0.02)["layout"] == "tp1-dp2"  # type: ignore[index]
+
+
 def test_budget_parsing() -> None:
     from kit.commands.tune import parse_budget
 
@@ -602,27 +653,13 @@ def test_tune_budget_bounds_the_whole_bring_up(
     whole remainder (1 + 1 + 3 s here; ~3x the budget on a real cluster)."""
     import kit.client
     import kit.commands.tune
-    import kit.runtime
     from kit.cli import main
 
     runtime = SlowNodes(ready_s=1.0)
-    monkeypatch.setattr(kit.runtime, "get_runtime", lambda config: runtime)
+    two_nodes = {"KIT_NODES": "2", "KIT_GPUS_PER_NODE": "1", "KIT_NETWORK": "kt-net"}
+    tune_env(monkeypatch, tmp_path, runtime, KIT_NETWORK_SUBNET="10.251.7.0/24", **two_nodes)
     monkeypatch.setattr(kit.client, "health", lambda url, timeout=3: False)
     monkeypatch.setattr(kit.commands.tune, "MIN_LAYOUT_S", 0)
-    env = {
-        "KIT_STATE_DIR": str(tmp_path / "state"),
-        "KIT_CLUSTER": "kt",
-        "KIT_BACKEND": "mp",
-        "KIT_ACCELERATOR": "cpu",
-        "KIT_NODES": "2",
-        "KIT_GPUS_PER_NODE": "1",
-        "KIT_MODEL_ID": "kit/tiny-llama",
-        "KIT_NETWORK": "kt-net",
-        "KIT_NETWORK_SUBNET": "10.251.7.0/24",
-        "KIT_HF_CACHE": str(tmp_path / "hf"),
-    }
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
     start = time.monotonic()
     with pytest.raises(SystemExit) as info:
         main(["tune", "--layouts", "tp1-dp2", "--budget", "3s", "-o", str(tmp_path / "t.json"), "--json"])
@@ -633,3 +670,57 @@ def test_tune_budget_bounds_the_whole_bring_up(
     doc = json.loads(capsys.readouterr().out)["result"]
     assert doc["ranking"][0]["status"] == "skipped" and "time budget" in doc["ranking"][0]["error"]
     assert runtime.removed == ["kt"] and not runtime.specs  # torn down
+
+
+def tune_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, runtime: Any, **more: str) -> None:
+    """kit tune in-process on a fake runtime: the cluster's KIT_* environment, no SIGTERM
+    handler left behind in pytest's process."""
+    import kit.bench.measure
+    import kit.runtime
+
+    monkeypatch.setattr(kit.runtime, "get_runtime", lambda config: runtime)
+    monkeypatch.setattr(kit.bench.measure, "interrupt_on_sigterm", lambda: None)
+    env = {
+        "KIT_STATE_DIR": str(tmp_path / "state"),
+        "KIT_CLUSTER": "kt",
+        "KIT_BACKEND": "mp",
+        "KIT_ACCELERATOR": "cpu",
+        "KIT_MODEL_ID": "kit/tiny-llama",
+        "KIT_HF_CACHE": str(tmp_path / "hf"),
+        **more,
+    }
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+
+
+def test_tune_interrupted_keeps_what_it_measured(
+    fake_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C during a layout's second load point: exit 130, the first point and the part of the
+    second that was measured stay in the state file (marked interrupted) and in the -o file."""
+    import kit.commands.tune
+    from kit.cli import main
+
+    runtime = SlowNodes(ready_s=0)
+    (tmp_path / "key").write_text("sk-test\n")
+    tune_env(
+        monkeypatch, tmp_path, runtime, KIT_NODES="1", KIT_GPUS_PER_NODE="1", KIT_API_KEY_FILE=str(tmp_path / "key")
+    )
+    monkeypatch.setattr(kit.commands.tune, "serve_layout", lambda *a: {"url": fake_server})
+    FakeVLLM.token_delay = 0.02
+    FakeVLLM.interrupt_at = 1 + 3 + 2  # warm-up, point 1 (3 requests), 2nd request of point 2
+    out = tmp_path / "t.json"
+    with pytest.raises(SystemExit) as info:
+        main(["tune", "--layouts", "tp1", "-n", "3", "-c", "1,2", "--output-len", "4", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert info.value.code == 130, err
+    assert f"results so far saved to {out}" in err
+    doc = json.loads(out.read_text())
+    assert doc["error"] == "interrupted" and not doc["complete"] and doc["recommendation"] is None
+    assert [p["concurrency"] for p in doc["points"]] == [1, 2]
+    assert doc["points"][0]["metrics"]["completed"] == 3
+    assert doc["points"][1]["stopped"] == "interrupted" and doc["points"][1]["metrics"]["num_requests"] >= 1
+    state = json.loads((tmp_path / "state" / "tune" / "kt.json").read_text())["layouts"]["tp1"]
+    assert state["status"] == "interrupted" and len(state["points"]) == 2
+    assert doc["ranking"][0]["layout"] == "tp1" and doc["ranking"][0]["output_throughput"] is not None
+    assert runtime.removed == ["kt"]
