@@ -84,12 +84,39 @@ def build_load(flags: dict[str, Any]) -> Load:
     )
 
 
-def cluster_info(config: KitConfig, url: str, server_version: str | None) -> dict[str, Any]:
-    """The cluster's plan, versions and image digest (kit status's view), best effort: with
-    --url against a server kit did not start, only the server's own version is known."""
+def cluster_info(config: KitConfig, url: str, server_version: str | None, model: str) -> dict[str, Any]:
+    """What was measured. A kit cluster serves `url` when this host runs its head at that
+    address, or, with no node here, when it is the configured head_address: then its plan,
+    image digest and nodes (kit status's view). Anything else is an external server: plan null,
+    with what the server itself says (the model it serves, its /version), never the plan of a
+    kit.yaml that did not start it."""
     from kit import __version__
+    from kit.commands.serve import server_url
 
-    info: dict[str, Any] = {
+    versions = {"vllm": server_version, "kit": __version__}
+    try:
+        from kit.runtime import get_runtime
+
+        running = [n for n in get_runtime(config).find_nodes(config.cluster) if n.state == "running"]
+    except Exception:  # no engine here (a laptop against --url): only head_address can say
+        running = []
+    if running:
+        ours = server_url(config, running) == url
+    else:
+        ours = bool(config.head_address) and url == f"http://{config.head_address}:{config.ports.api}"
+    if not ours:
+        return {
+            "name": None,
+            "plan": None,
+            "url": url,
+            "served_model": model,
+            "image": None,
+            "image_digest": None,
+            "versions": versions,
+            "nodes": [],
+        }
+    head = next((n for n in running if n.role == "head"), None)
+    return {
         "name": config.cluster,
         "plan": {
             "tp": config.tp,
@@ -103,24 +130,13 @@ def cluster_info(config: KitConfig, url: str, server_version: str | None) -> dic
             "model": config.model.id,
             "max_model_len": config.model.max_model_len,
         },
-        "image": config.image,
-        "image_digest": None,
-        "versions": {"vllm": server_version, "kit": __version__},
-        "nodes": [],
+        "url": url,
+        "served_model": model,
+        "image": (head.image if head else None) or config.image,
+        "image_digest": head.image_digest if head else None,
+        "versions": versions,
+        "nodes": [{"name": n.name, "role": n.role, "ip": n.ip, "image_digest": n.image_digest} for n in running],
     }
-    try:
-        from kit.runtime import get_runtime
-
-        nodes = get_runtime(config).find_nodes(config.cluster)
-    except Exception:  # no engine here (a laptop against --url): the plan still describes it
-        nodes = []
-    running = [n for n in nodes if n.state == "running"]
-    head = next((n for n in running if n.role == "head"), None)
-    if head is not None:
-        info["image"] = head.image or config.image
-        info["image_digest"] = head.image_digest
-    info["nodes"] = [{"name": n.name, "role": n.role, "ip": n.ip, "image_digest": n.image_digest} for n in running]
-    return info
 
 
 def resolve_target(
@@ -237,7 +253,7 @@ def command(
     doc = results.new_document(
         target={"url": target.base_url, "model": target.model},
         load=load.to_dict(),
-        cluster=cluster_info(config, target.base_url, version),
+        cluster=cluster_info(config, target.base_url, version, target.model),
     )
     save_to = None if no_save else (output or results.default_path(state_dir(), config.cluster))
     progress(

@@ -262,7 +262,7 @@ def command(
                 layout_doc = results.new_document(
                     target={"url": served["url"], "model": config.served_name},
                     load=load.to_dict(),
-                    cluster=cluster_info(lconf, served["url"], version),
+                    cluster=cluster_info(lconf, served["url"], version, config.served_name),
                 )
                 stopped = measure.run_load(
                     target,

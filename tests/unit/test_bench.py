@@ -294,13 +294,48 @@ def test_cli_bench_saves_compares_and_fails_clearly(fake_server: str, tmp_path: 
     doc = json.loads(a.output)["result"]
     assert doc["complete"] and doc["points"][0]["metrics"]["total_output_tokens"] == 12
     assert doc["cluster"]["versions"]["vllm"] == "0.32.0-fake"
+    # no kit cluster serves that URL: the default kit.yaml's plan is not what was measured
+    assert doc["cluster"]["plan"] is None and doc["cluster"]["name"] is None
+    assert (doc["cluster"]["url"], doc["cluster"]["served_model"]) == (fake_server, "tiny")
     assert "sk-test" not in (tmp_path / "a.json").read_text()
     b = runner.invoke(cli, [*base, "-o", str(tmp_path / "b.json")], env=env)
     assert b.exit_code == 0
     cmp = runner.invoke(cli, ["bench", "--compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")])
     assert cmp.exit_code == 0 and "B/A" in cmp.output and "median_ttft_ms" in cmp.output
+    assert f"tiny @ {fake_server} (external server, no kit plan" in cmp.output
     rows = results.compare(results.load(tmp_path / "a.json"), results.load(tmp_path / "b.json"))
     assert {r["metric"] for r in rows} >= {"output_throughput", "p99_e2el_ms"}
+
+
+def test_cluster_info_has_the_plan_only_for_a_kit_cluster_at_that_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    import kit.runtime
+    from kit.commands.bench import cluster_info
+    from kit.runtime.base import NodeHandle
+    from tests.unit.test_plan import make_config
+
+    config = make_config(**{"model.tp": 8, "model.pp": 2})  # cluster "llama", 2 nodes x 8, port 8000
+    head = NodeHandle("kit-llama-head", "llama", "head", 0, "running", ip="10.0.0.5", image_digest="sha256:d")
+
+    class Nodes:
+        def __init__(self, nodes: list[NodeHandle]) -> None:
+            self.nodes = nodes
+
+        def find_nodes(self, cluster: str) -> list[NodeHandle]:
+            return self.nodes
+
+    monkeypatch.setattr(kit.runtime, "get_runtime", lambda config: Nodes([head]))
+    ours = cluster_info(config, "http://10.0.0.5:8000", "0.32.0", "llama-70b")
+    assert ours["plan"]["tp"] == 8 and ours["plan"]["pp"] == 2 and ours["image_digest"] == "sha256:d"
+    assert ours["name"] == "llama" and [n["name"] for n in ours["nodes"]] == ["kit-llama-head"]
+    other = cluster_info(config, "http://10.0.0.9:8000", "0.11.0", "served-elsewhere")
+    assert other["plan"] is None and other["nodes"] == [] and other["image_digest"] is None
+    assert other["served_model"] == "served-elsewhere" and other["versions"]["vllm"] == "0.11.0"
+    # no node on this host: the configured head_address is the cluster's, anything else is not
+    monkeypatch.setattr(kit.runtime, "get_runtime", lambda config: Nodes([]))
+    remote = config.replace(head_address="10.0.0.7")
+    assert cluster_info(remote, "http://10.0.0.7:8000", None, "llama-70b")["plan"]["nodes"] == 2
+    assert cluster_info(remote, "http://127.0.0.1:8000", None, "x")["plan"] is None
+    assert cluster_info(config, "http://127.0.0.1:8000", None, "x")["plan"] is None
 
 
 def test_compare_ratios_and_direction() -> None:
