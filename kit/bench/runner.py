@@ -30,7 +30,9 @@ from kit.bench.dataset import Prompt
 from kit.bench.metrics import RequestRecord
 from kit.bench.schedule import LoadPoint, arrivals
 
-MAX_THREADS = 256
+# One thread per request in flight; kit bench refuses loads that would need more (build_load)
+# rather than cap them silently and record a concurrency that was not the one run.
+MAX_IN_FLIGHT = 256
 BUDGET_STOP = "the time budget ran out"
 # The connection dropped under a request: the server is gone, stop sending (raw urllib3 errors
 # come from read1; requests wraps the ones raised before the body).
@@ -267,7 +269,7 @@ class Runner:
         self._abort.clear()
         self._reason = None
         offsets = arrivals(len(prompts), point.rate, burstiness, seed=seed)
-        workers = min(point.concurrency or len(prompts), len(prompts), MAX_THREADS) or 1
+        workers = min(point.concurrency or len(prompts), len(prompts)) or 1
         records: list[RequestRecord] = []
         counts = [0, 0]
         lock = threading.Lock()

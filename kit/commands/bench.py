@@ -11,11 +11,11 @@ import click
 from kit.bench import dataset, results
 from kit.bench.dataset import Prompt
 from kit.bench.measure import Load
-from kit.bench.runner import Target
+from kit.bench.runner import MAX_IN_FLIGHT, Target
 from kit.bench.schedule import sweep
 from kit.commands._common import config_options, json_option, resolve_cluster
 from kit.config import KitConfig
-from kit.errors import UsageError
+from kit.errors import ConfigError, UsageError
 from kit.output import emit, progress
 
 
@@ -34,7 +34,12 @@ def load_options(func: Any) -> Any:
         click.option("--output-len", type=int, default=32, show_default=True, help="Tokens to generate per request."),
         click.option("--range-ratio", type=float, default=0.5, show_default=True, help="--dataset random: ± spread."),
         click.option("--rate", help="Request rate(s) per second, Poisson arrivals; e.g. 1,2,inf (default inf)."),
-        click.option("--concurrency", "-c", help="Max requests in flight; a sweep like 1,2,4 (default 1)."),
+        click.option(
+            "--concurrency",
+            "-c",
+            help=f"Max requests in flight (at most {MAX_IN_FLIGHT}); a sweep like 1,2,4 (default 1; "
+            f"with --rate, no limit, so -n must then be {MAX_IN_FLIGHT} or less).",
+        ),
         click.option("--burstiness", type=float, default=1.0, show_default=True, help="Gamma shape (1 = Poisson)."),
         click.option("--warmup", type=int, default=1, show_default=True, help="Untimed requests before measuring."),
         click.option("--seed", type=int, default=0, show_default=True),
@@ -74,9 +79,19 @@ def build_load(flags: dict[str, Any]) -> Load:
         "burstiness": flags["burstiness"],
         "ignore_eos": flags["ignore_eos"],
     }
+    points = sweep(flags["rate"], flags["concurrency"])
+    for point in points:
+        in_flight = min(point.concurrency or num, num)
+        if in_flight > MAX_IN_FLIGHT:
+            what = f"--concurrency {point.concurrency}" if point.concurrency else f"-n {num} with no --concurrency"
+            raise ConfigError(
+                f"{what} would put {in_flight} requests in flight; kit bench keeps at most {MAX_IN_FLIGHT}",
+                key="--concurrency",
+                hint=f"pass --concurrency {MAX_IN_FLIGHT} or less",
+            )
     return Load(
         prompts=prompts,
-        points=sweep(flags["rate"], flags["concurrency"]),
+        points=points,
         warmup=max(0, flags["warmup"]),
         seed=flags["seed"],
         burstiness=flags["burstiness"],

@@ -85,6 +85,30 @@ def test_arrivals_poisson_rescaled_like_vllm() -> None:
     assert schedule.arrivals(4, 2.0, seed=3) == schedule.arrivals(4, 2.0, seed=3)
 
 
+def test_more_in_flight_than_kit_runs_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """kit keeps at most MAX_IN_FLIGHT requests in flight (a thread each): a load that needs more
+    is one line, exit 3, before any request, instead of a silent cap recorded as unlimited."""
+    from kit.bench.runner import MAX_IN_FLIGHT
+    from kit.cli import main
+
+    base = ["bench", "--url", "http://127.0.0.1:9"]
+    for extra, what in (
+        (["-n", "400", "-c", "1,300"], "--concurrency 300 would put 300 requests in flight"),
+        (["-n", str(MAX_IN_FLIGHT + 1), "--rate", "5"], f"-n {MAX_IN_FLIGHT + 1} with no --concurrency would put"),
+    ):
+        with pytest.raises(SystemExit) as info:
+            main([*base, *extra])
+        err = capsys.readouterr().err
+        assert info.value.code == 3 and err.count("\n") == 1, err
+        assert what in err and f"at most {MAX_IN_FLIGHT}" in err
+    from kit.commands.bench import build_load
+
+    flags = {"dataset": "fixed", "num_prompts": 400, "input_len": 2, "output_len": 2, "range_ratio": 0.5}
+    flags.update({"rate": "5", "concurrency": str(MAX_IN_FLIGHT), "burstiness": 1.0, "warmup": 0, "seed": 0})
+    load = build_load({**flags, "ignore_eos": True})
+    assert [p.concurrency for p in load.points] == [MAX_IN_FLIGHT]
+
+
 def test_sweep_points() -> None:
     assert [p.concurrency for p in schedule.sweep(None, "1,2,4")] == [1, 2, 4]
     pts = schedule.sweep("1,inf", None)
