@@ -17,7 +17,7 @@ class ExitCode(enum.IntEnum):
     IMAGE = 5  # image missing, pull/build failed, malformed reference
     START = 6  # a node or server failed to start or timed out
     VERIFY = 7  # verification found the cluster wrong
-    SERVER = 8  # the server answered with an error (401, 5xx, …)
+    SERVER = 8  # the server is unreachable, answered with an error (401, 5xx, …) or stopped answering
     INTERRUPTED = 130  # Ctrl-C
 
 

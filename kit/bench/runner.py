@@ -140,7 +140,8 @@ def arriving(resp: requests.Response) -> Iterator[bytes]:
 
 def _short(exc: BaseException) -> str:
     text = str(exc).replace("\n", " ")
-    for marker in ("Connection refused", "Connection reset", "Remote end closed", "timed out", "Read timed out"):
+    markers = ("Connection refused", "Connection reset", "Connection broken", "Remote end closed", "timed out")
+    for marker in markers:
         if marker in text:
             return f"{type(exc).__name__}: {marker}"
     return f"{type(exc).__name__}: {text[:160]}"

@@ -192,6 +192,7 @@ class FakeVLLM(BaseHTTPRequestHandler):
     # gateways stream SSE like that); the client must still see each event as it arrives.
     chunked = True
     interrupt_at: int | None = None  # Ctrl-C in the test's main thread when this request arrives
+    die_mid_stream = False  # with die_after: drop the connection after two tokens, not before answering
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -224,7 +225,8 @@ class FakeVLLM(BaseHTTPRequestHandler):
         cls.served += 1
         if cls.served == cls.interrupt_at:
             _thread.interrupt_main()
-        if cls.die_after is not None and cls.served > cls.die_after:
+        dies = cls.die_after is not None and cls.served > cls.die_after
+        if dies and not cls.die_mid_stream:
             self.connection.shutdown(socket.SHUT_RDWR)  # the server is gone: connections drop
             self.close_connection = True
             return
@@ -244,8 +246,12 @@ class FakeVLLM(BaseHTTPRequestHandler):
             self.wfile.flush()
 
         send(json.dumps({"choices": [{"delta": {"role": "assistant", "content": ""}}]}))
-        for _ in range(n):
+        for i in range(n):
             time.sleep(self.token_delay)
+            if dies and i == 2:
+                self.connection.shutdown(socket.SHUT_RDWR)
+                self.close_connection = True
+                return
             send(json.dumps({"choices": [{"delta": {"content": " w"}}]}))
         send(json.dumps({"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": n}}))
         send("[DONE]")
@@ -260,6 +266,7 @@ def fake_server() -> Iterator[str]:
     FakeVLLM.chunked = True
     FakeVLLM.token_delay = 0.005
     FakeVLLM.interrupt_at = None
+    FakeVLLM.die_mid_stream = False
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeVLLM)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -305,7 +312,7 @@ def test_runner_stops_when_the_server_dies(fake_server: str) -> None:
     assert sum(r.success for r in run.records) == 3 and run.not_sent >= 5
 
 
-def test_cli_bench_saves_compares_and_fails_clearly(fake_server: str, tmp_path: Path) -> None:
+def test_cli_bench_saves_and_compares(fake_server: str, tmp_path: Path) -> None:
     from kit.cli import cli
 
     key = tmp_path / "key"
@@ -329,6 +336,83 @@ def test_cli_bench_saves_compares_and_fails_clearly(fake_server: str, tmp_path: 
     assert f"tiny @ {fake_server} (external server, no kit plan" in cmp.output
     rows = results.compare(results.load(tmp_path / "a.json"), results.load(tmp_path / "b.json"))
     assert {r["metric"] for r in rows} >= {"output_throughput", "p99_e2el_ms"}
+
+
+# ---------------------------------------------------------------- failures through the CLI: one line, exit code
+
+
+def run_kit(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """`kit ARGV` in-process through main(): its exit code and stderr."""
+    from kit.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    code = info.value.code
+    return (code if isinstance(code, int) else 1), capsys.readouterr().err
+
+
+@pytest.fixture
+def bench_args(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    monkeypatch.setenv("KIT_STATE_DIR", str(tmp_path / "state"))
+    (tmp_path / "key").write_text("sk-test\n")
+    return ["bench", "--api-key-file", str(tmp_path / "key"), "-n", "6", "-c", "1", "--output-len", "4"]
+
+
+def closed_port_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"  # nothing listens once it is closed
+
+
+def test_cli_unreachable_url_is_one_line_exit_8_and_saves_nothing(
+    bench_args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = closed_port_url()
+    code, err = run_kit([*bench_args, "--url", url, "-o", str(tmp_path / "r.json")], capsys)
+    assert code == 8 and err.count("\n") == 1 and err.startswith(f"kit: error: cannot reach {url}/v1/models"), err
+    assert not (tmp_path / "r.json").exists() and not (tmp_path / "state" / "bench").exists()
+
+
+def test_cli_wrong_key_is_one_line_exit_8(
+    fake_server: str, bench_args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "key").write_text("not-the-key\n")
+    code, err = run_kit([*bench_args, "--url", fake_server, "-o", str(tmp_path / "r.json")], capsys)
+    assert code == 8 and err.count("\n") == 1 and "answered 401 Unauthorized" in err, err
+    assert "--api-key-file" in err and "not-the-key" not in err
+    assert FakeVLLM.served == 0 and not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("mid_stream", [False, True], ids=["before-answering", "mid-stream"])
+def test_cli_server_dying_mid_run_saves_partial_results(
+    fake_server: str, bench_args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str], mid_stream: bool
+) -> None:
+    """The server drops its connections from the 4th request on (warm-up + 2 measured answered):
+    one line that says how many requests were not answered and where the partial results are,
+    exit 8, and the saved document says complete: false."""
+    FakeVLLM.die_after = 3
+    FakeVLLM.die_mid_stream = mid_stream
+    out = tmp_path / "r.json"
+    code, err = run_kit([*bench_args, "--url", fake_server, "-o", str(out)], capsys)
+    lines = [ln for ln in err.splitlines() if ln.startswith("kit: ")]
+    assert code == 8 and len(lines) == 1, err
+    assert "the server stopped answering" in lines[0] and "(4 of 6 requests not answered)" in lines[0]
+    assert f"partial results saved to {out}" in lines[0]
+    assert ("(ProtocolError: Connection broken)" if mid_stream else "(ConnectionError: Remote end closed)") in lines[0]
+    doc = json.loads(out.read_text())
+    m = doc["points"][0]["metrics"]
+    assert doc["complete"] is False and "stopped answering" in doc["error"]
+    assert (m["completed"], m["failed"], m["not_sent"]) == (2, 1, 3)
+
+
+def test_cli_malformed_dataset_is_one_line_exit_3_before_any_request(
+    fake_server: str, bench_args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "fine"}\n{"prompt": "broken"\n')
+    code, err = run_kit([*bench_args, "--url", fake_server, "--dataset", str(bad)], capsys)
+    assert code == 3 and err.count("\n") == 1 and f"{bad}:2: not valid JSON" in err, err
+    assert FakeVLLM.served == 0
 
 
 def test_cluster_info_has_the_plan_only_for_a_kit_cluster_at_that_url(monkeypatch: pytest.MonkeyPatch) -> None:
