@@ -674,17 +674,22 @@ def test_sigterm_saves_the_partial_point(fake_server: str, tmp_path: Path) -> No
     assert m["completed"] >= 2 and m["completed"] + m["failed"] + m["not_sent"] == 500
 
 
-def test_plot_without_matplotlib_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_plot_without_matplotlib_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without matplotlib, --plot is one usage line (exit 2): before a run (nothing is sent to
+    the unreachable URL) and when plotting saved results."""
     import sys
 
-    from kit.cli import main
-
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
-    with pytest.raises(SystemExit) as info:
-        main(["bench", "--url", "http://127.0.0.1:9", "--plot", str(tmp_path / "x.png")])
-    assert info.value.code == 2
-    with pytest.raises(SystemExit):
-        main(["bench", "--plot", str(tmp_path / "x.png"), "--from", str(tmp_path / "none.json")])
+    needs = "kit: error: --plot needs matplotlib, which is not installed (fix: pip install 'kit[plot]'"
+    code, err = run_kit(["bench", "--url", "http://127.0.0.1:9", "--plot", str(tmp_path / "x.png")], capsys)
+    assert code == 2 and err.count("\n") == 1 and err.startswith(needs), err
+    saved = tmp_path / "saved.json"
+    saved.write_text(json.dumps(GOOD_RESULT))
+    code, err = run_kit(["bench", "--plot", str(tmp_path / "x.png"), "--from", str(saved)], capsys)
+    assert code == 2 and err.count("\n") == 1 and err.startswith(needs), err
+    assert not (tmp_path / "x.png").exists()
 
 
 def test_plot_from_saved_results(tmp_path: Path) -> None:
