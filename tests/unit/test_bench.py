@@ -797,13 +797,13 @@ def test_tune_budget_bounds_the_whole_bring_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Worker wait, head wait and /health wait of a 2-node layout share the budget's end: each
-    node takes 1 s, the server never gets healthy, the budget is 3 s. Each wait used to get the
-    whole remainder (1 + 1 + 3 s here; ~3x the budget on a real cluster)."""
+    node takes 1.5 s, the server never gets healthy, the budget is 3 s. Each wait used to get the
+    whole remainder (1.5 + 1.5 + ~2 s here; up to ~3x the budget on a real cluster)."""
     import kit.client
     import kit.commands.tune
     from kit.cli import main
 
-    runtime = SlowNodes(ready_s=1.0)
+    runtime = SlowNodes(ready_s=1.5)
     two_nodes = {"KIT_NODES": "2", "KIT_GPUS_PER_NODE": "1", "KIT_NETWORK": "kt-net"}
     tune_env(monkeypatch, tmp_path, runtime, KIT_NETWORK_SUBNET="10.251.7.0/24", **two_nodes)
     monkeypatch.setattr(kit.client, "health", lambda url, timeout=3: False)
@@ -813,8 +813,8 @@ def test_tune_budget_bounds_the_whole_bring_up(
         main(["tune", "--layouts", "tp1-dp2", "--budget", "3s", "-o", str(tmp_path / "t.json"), "--json"])
     elapsed = time.monotonic() - start
     assert info.value.code == 0, capsys.readouterr().err
-    assert elapsed < 3 + 1.0, (elapsed, runtime.waits)
-    assert runtime.waits[0] <= 3 and runtime.waits[1] <= 2.1  # the head's wait got what the worker left
+    assert elapsed < 3 + 1.3, (elapsed, runtime.waits)
+    assert runtime.waits[0] <= 3 and runtime.waits[1] <= 1.6  # the head's wait got what the worker left
     doc = json.loads(capsys.readouterr().out)["result"]
     assert doc["ranking"][0]["status"] == "skipped" and "time budget" in doc["ranking"][0]["error"]
     assert runtime.removed == ["kt"] and not runtime.specs  # torn down
