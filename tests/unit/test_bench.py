@@ -793,6 +793,26 @@ class SlowNodes:
         return {}
 
 
+def test_serve_cluster_stops_waiting_for_health_at_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    import kit.client
+    from kit.commands.serve import serve_cluster
+    from kit.errors import StartError
+    from kit.plan.facts import HEAD
+    from tests.unit.test_plan import make_config
+
+    config = make_config(nodes=1)
+    assert config.timeouts.ready >= 60
+    runtime = SlowNodes(ready_s=0)
+    runtime.start(SimpleNamespace(name="kit-llama-head", role=HEAD))
+    monkeypatch.setattr(kit.client, "health", lambda url, timeout=3: False)  # never healthy
+    start = time.monotonic()
+    with pytest.raises(StartError, match=r"the time budget ran out \d+ s into waiting for http://127\.0\.0\.1:8000"):
+        serve_cluster(config, runtime, deadline=start + 1.0)
+    assert time.monotonic() - start < 2.0
+
+
 def test_tune_budget_bounds_the_whole_bring_up(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
