@@ -12,7 +12,7 @@ class ExitCode(enum.IntEnum):
     OK = 0
     FAILURE = 1  # generic failure, or a verb that is not implemented yet
     USAGE = 2  # bad command line (click's own code)
-    CONFIG = 3  # bad kit.yaml, environment or flag values; impossible topology
+    CONFIG = 3  # bad kit.yaml, environment, flag values or input files; impossible topology
     RUNTIME_UNAVAILABLE = 4  # Docker engine / apptainer / sbatch not reachable
     IMAGE = 5  # image missing, pull/build failed, malformed reference
     START = 6  # a node or server failed to start or timed out
