@@ -221,9 +221,12 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
 def describe(doc: dict[str, Any]) -> str:
     c = doc.get("cluster") or {}
     plan = c.get("plan") or {}
-    layout = (
-        f"TP={plan.get('tp')} PP={plan.get('pp')} nodes={plan.get('nodes')}" if plan else "external server, no kit plan"
-    )
+    if plan:
+        layout = f"TP={plan.get('tp')} PP={plan.get('pp')} nodes={plan.get('nodes')}"
+    elif doc.get("kind_detail") == "tune":
+        layout = "kit tune: each point has its layout's plan"
+    else:
+        layout = "external server, no kit plan"
     digest = str(c.get("image_digest") or "-")[:19]
     target = doc.get("target") or {}
     return f"{doc.get('created')} {target.get('model')} @ {target.get('url')} ({layout}, {digest})"

@@ -334,6 +334,8 @@ def test_cli_bench_saves_and_compares(fake_server: str, tmp_path: Path) -> None:
     cmp = runner.invoke(cli, ["bench", "--compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")])
     assert cmp.exit_code == 0 and "B/A" in cmp.output and "median_ttft_ms" in cmp.output
     assert f"tiny @ {fake_server} (external server, no kit plan" in cmp.output
+    tune_doc = {**GOOD_RESULT, "kind_detail": "tune", "cluster": {"versions": {}}}  # no top-level plan
+    assert "(kit tune: each point has its layout's plan" in results.describe(tune_doc)
     rows = results.compare(results.load(tmp_path / "a.json"), results.load(tmp_path / "b.json"))
     assert {r["metric"] for r in rows} >= {"output_throughput", "p99_e2el_ms"}
 
