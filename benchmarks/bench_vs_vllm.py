@@ -1,24 +1,30 @@
 """`kit bench` vs `vllm bench serve` on the same server with the same load (issue 12: every
 metric within 5%).
 
-Same load on both sides: the same number of requests, prompts of the same length (kit: its
-fixed dataset of --input-len words, written as JSONL and read with --dataset FILE; vLLM: its
-random dataset of --vllm-input-len tokens, range ratio 0 — vLLM's custom JSONL dataset needs
-pandas, which the image lacks; pick --vllm-input-len so both report the same total input
-tokens), the same output length with ignore_eos, the same concurrency, request rate inf and one
-warm-up request each. vLLM's client is the one inside the engine image
-(`vllm bench serve --backend openai-chat`, run with `docker exec` in the head container); kit's
-runs on this host. The runs alternate (kit, vllm, vllm, kit, ...) so drift in outside load hits
-both; per metric the script prints the median over rounds of each side, their ratio kit/vllm, and
-the median of the per-round ratios (each kit run against the vllm run next to it).
-The API key reaches `vllm bench` as OPENAI_API_KEY through `docker exec -e OPENAI_API_KEY` (the
+The same load on both sides: one ShareGPT-format JSON file of kit's fixed-length prompts
+(--input-len words each) is read by both clients (kit: --dataset FILE; vLLM: --dataset-name
+sharegpt --sharegpt-output-len, so the same texts and the same output length with ignore_eos),
+the same number of requests, the same concurrency, request rate inf and one warm-up request
+each. vLLM shuffles the file's entries (its seed 0), kit sends them in file order: the same
+prompts, in another order, all of one length. Both clients run in the same place, the head
+container (`docker exec`): vLLM's is the one in the engine image, kit's is its measurement code
+(kit/bench runner + metrics, copied in with `docker cp`; stdlib plus requests and urllib3 >= 2.2
+from the image) driven by a few lines below — the `kit bench` CLI adds only the progress line and
+the saving. `--kit-client host` runs the real `kit bench` CLI on this host instead (the earlier
+setup: kit's client outside the container, so not the same place).
+The runs alternate (kit, vllm, vllm, kit, ...) so drift in outside load hits both; per metric
+the script prints the median over rounds of each side, their ratio kit/vllm, and the median of
+the per-round ratios (each kit run against the vllm run next to it). It also checks that both
+sides sent the same total input tokens (the server's count).
+The API key reaches both clients as OPENAI_API_KEY through `docker exec -e OPENAI_API_KEY` (the
 name only: the value travels in the environment, never in argv).
 
 Needs a running server (e.g. the 2-node TP=2 CPU cluster of tests/integration/test_bench_cluster.py, or
 `kit demo --keep`). Not a test: run it and read the table.
 
     python benchmarks/bench_vs_vllm.py --url http://10.231.7.10:8000 --head kit-kbdev-head \
-        --api-key-file KEY [--rounds 3] [-n 16] [-c 2] [--input-len 32] [--output-len 32] [--json]
+        --api-key-file KEY [--rounds 3] [-n 16] [-c 2] [--input-len 32] [--output-len 32] \
+        [--kit-client head|host] [--json]
 """
 
 from __future__ import annotations
@@ -55,17 +61,70 @@ METRICS = [
 ]
 
 
+CONTAINER_DATA = "/tmp/kit-bench-data.json"
+CONTAINER_SRC = "/tmp/kit-bench-src"
+# kit's measurement code, as `kit bench` runs it (warm-up of one request, then the point), with
+# no CLI around it: these modules import only the standard library, requests and urllib3.
+KIT_MODULES = ("__init__.py", "errors.py", "bench/__init__.py", "bench/dataset.py", "bench/metrics.py",
+               "bench/schedule.py", "bench/runner.py")  # fmt: skip
+DRIVER = """
+import json, os, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from kit.bench import dataset, metrics
+from kit.bench.runner import Runner, Target
+from kit.bench.schedule import LoadPoint
+url, model, data, n, out_len, conc = sys.argv[2:8]
+prompts = dataset.load_file(Path(data), int(n), int(out_len))
+runner = Runner(Target(url, model, api_key=os.environ.get("OPENAI_API_KEY")))
+runner.run(prompts[:1], LoadPoint(float("inf"), 1))
+run = runner.run(prompts, LoadPoint(float("inf"), int(conc)))
+print(json.dumps(metrics.compute(run.records, run.duration)))
+"""
+
+
 def write_dataset(path: Path, n: int, input_len: int, output_len: int) -> None:
+    """ShareGPT JSON, the one format both clients read: a human turn (the prompt) and a reply
+    (vLLM keeps only conversations of two turns or more; --sharegpt-output-len overrides the
+    reply's length)."""
     from kit.bench import dataset
 
-    with path.open("w") as f:
-        for p in dataset.fixed(n, input_len, output_len):
-            f.write(json.dumps({"prompt": p.messages[0]["content"], "output_len": output_len}) + "\n")
+    entries = [
+        {"conversations": [{"from": "human", "value": p.messages[0]["content"]}, {"from": "gpt", "value": "ok"}]}
+        for p in dataset.fixed(n, input_len, output_len)
+    ]
+    path.write_text(json.dumps(entries))
 
 
-def run_kit(args: argparse.Namespace, data: Path, out: Path) -> dict[str, Any]:
-    argv = [sys.executable, "-m", "kit", "bench", "--url", args.url, "--dataset", str(data), "-n", str(args.n)]
-    argv += ["--output-len", str(args.output_len), "-c", str(args.c), "--warmup", "1", "-o", str(out), "--json"]
+def copy_in(args: argparse.Namespace, data: Path) -> None:
+    """The dataset (both clients) and kit's measurement modules (--kit-client head) into the head."""
+    import kit
+
+    subprocess.run(["docker", "cp", str(data), f"{args.head}:{CONTAINER_DATA}"], check=True)
+    if args.kit_client != "head":
+        return
+    root = Path(kit.__file__).parent
+    with tempfile.TemporaryDirectory(prefix="kit-src-") as tmp:
+        for rel in KIT_MODULES:
+            (Path(tmp) / "kit" / rel).parent.mkdir(parents=True, exist_ok=True)
+            (Path(tmp) / "kit" / rel).write_bytes((root / rel).read_bytes())
+        subprocess.run(["docker", "exec", args.head, "rm", "-rf", CONTAINER_SRC], check=True)
+        subprocess.run(["docker", "cp", tmp, f"{args.head}:{CONTAINER_SRC}"], check=True)
+
+
+def run_kit(args: argparse.Namespace, key: str | None, data: Path, out: Path) -> dict[str, Any]:
+    if args.kit_client == "head":
+        argv = ["docker", "exec"] + (["-e", "OPENAI_API_KEY"] if key else []) + [args.head, "python3", "-c", DRIVER]
+        argv += [CONTAINER_SRC, args.url, args.model, CONTAINER_DATA, str(args.n), str(args.output_len), str(args.c)]
+        env = {**os.environ, **({"OPENAI_API_KEY": key} if key else {})}
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800, env=env)
+        if proc.returncode != 0:
+            sys.exit(f"kit's client in {args.head} failed: {proc.stderr.strip()[-800:]}")
+        inside: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+        return inside
+    argv = [sys.executable, "-m", "kit", "bench", "--url", args.url, "--model", args.model, "--dataset", str(data)]
+    argv += ["-n", str(args.n), "--output-len", str(args.output_len), "-c", str(args.c), "--warmup", "1"]
+    argv += ["-o", str(out), "--json"]
     if args.api_key_file:
         argv += ["--api-key-file", args.api_key_file]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
@@ -79,8 +138,8 @@ def run_vllm(args: argparse.Namespace, key: str | None, snapshot: str) -> dict[s
     argv = ["docker", "exec"] + (["-e", "OPENAI_API_KEY"] if key else []) + [args.head]
     argv += ["vllm", "bench", "serve", "--backend", "openai-chat", "--base-url", args.url]
     argv += ["--endpoint", "/v1/chat/completions", "--model", args.model, "--tokenizer", snapshot]
-    argv += ["--dataset-name", "random", "--random-input-len", str(args.vllm_input_len or args.input_len)]
-    argv += ["--random-output-len", str(args.output_len), "--random-range-ratio", "0", "--num-prompts", str(args.n)]
+    argv += ["--dataset-name", "sharegpt", "--dataset-path", CONTAINER_DATA]
+    argv += ["--sharegpt-output-len", str(args.output_len), "--num-prompts", str(args.n)]
     argv += ["--max-concurrency", str(args.c), "--request-rate", "inf", "--ignore-eos", "--num-warmups", "0"]
     argv += ["--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99", "--disable-tqdm"]
     argv += ["--save-result", "--save-detailed", "--result-dir", "/tmp", "--result-filename", "kit-vllm-bench.json"]
@@ -136,7 +195,10 @@ def main() -> None:
     parser.add_argument("--input-len", type=int, default=32)
     parser.add_argument("--output-len", type=int, default=32)
     parser.add_argument(
-        "--vllm-input-len", type=int, help="vLLM's random prompt length in tokens (default: --input-len)"
+        "--kit-client",
+        choices=("head", "host"),
+        default="head",
+        help="where kit's client runs: in the head container beside vLLM's (default), or `kit bench` on this host",
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -160,14 +222,15 @@ def main() -> None:
     kit_runs: list[dict[str, Any]] = []
     vllm_runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="kit-bench-vs-") as tmp:
-        data = Path(tmp) / "data.jsonl"
+        data = Path(tmp) / "data.json"
         write_dataset(data, args.n, args.input_len, args.output_len)
+        copy_in(args, data)
         for r in range(args.rounds):
             order = ("kit", "vllm") if r % 2 == 0 else ("vllm", "kit")
             for side in order:
                 print(f"round {r + 1}/{args.rounds}: {side}", file=sys.stderr)
                 if side == "kit":
-                    kit_runs.append(run_kit(args, data, Path(tmp) / f"kit{r}.json"))
+                    kit_runs.append(run_kit(args, key, data, Path(tmp) / f"kit{r}.json"))
                 else:
                     vllm_runs.append(run_vllm(args, key, snapshot))
     rows = []
@@ -192,9 +255,14 @@ def main() -> None:
         f"summary by at most {worst:.2e} (relative, over {len(same_math[0])} metrics x {len(same_math)} runs)"
     )
     print(
-        f"{args.n} requests, concurrency {args.c}, {args.input_len} words in, {args.output_len} tokens out, "
-        f"{args.rounds} rounds each (medians)"
+        f"{args.n} requests, concurrency {args.c}, the same {args.input_len}-word prompts on both sides, "
+        f"{args.output_len} tokens out, {args.rounds} rounds each (medians); kit's client: {args.kit_client}"
     )
+    ins = {
+        (int(k["total_input_tokens"]), int(v["total_input_tokens"])) for k, v in zip(kit_runs, vllm_runs, strict=True)
+    }
+    if any(k != v for k, v in ins):  # vLLM dropped or repeated a prompt (its ShareGPT filter): not the same load
+        print(f"warning: total input tokens differ between kit and vllm runs: {sorted(ins)}")
     print(f"{'metric':<24}{'kit bench':>12}{'vllm bench':>12}{'kit/vllm':>10}{'paired':>10}")
     for row in rows:
         ratio = "-" if row["ratio"] is None else f"{row['ratio']:.3f}"

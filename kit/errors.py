@@ -12,12 +12,12 @@ class ExitCode(enum.IntEnum):
     OK = 0
     FAILURE = 1  # generic failure, or a verb that is not implemented yet
     USAGE = 2  # bad command line (click's own code)
-    CONFIG = 3  # bad kit.yaml, environment or flag values; impossible topology
+    CONFIG = 3  # bad kit.yaml, environment, flag values or input files; impossible topology
     RUNTIME_UNAVAILABLE = 4  # Docker engine / apptainer / sbatch not reachable
     IMAGE = 5  # image missing, pull/build failed, malformed reference
     START = 6  # a node or server failed to start or timed out
     VERIFY = 7  # verification found the cluster wrong
-    SERVER = 8  # the server answered with an error (401, 5xx, …)
+    SERVER = 8  # the server is unreachable, answered with an error (401, 5xx, …) or stopped answering
     INTERRUPTED = 130  # Ctrl-C
 
 

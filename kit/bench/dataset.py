@@ -112,6 +112,16 @@ def _from_entry(entry: Any, path: Path, line: int | None, default_output: int) -
     return Prompt(({"role": "user", "content": prompt},), out, 0)
 
 
+def _json(text: str, path: Path, line: int | None) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        where = line or getattr(exc, "lineno", None)
+        raise _bad(path, where, f"not valid JSON ({getattr(exc, 'msg', exc)})") from None
+    except RecursionError:  # '[[[[…' thousands deep: the parser recurses once per level
+        raise _bad(path, line, "not valid JSON (nested too deeply)") from None
+
+
 def load_file(path: Path, num: int | None, default_output: int, seed: int = 0) -> list[Prompt]:
     """JSONL (one object a line) or a JSON list (ShareGPT); `num` prompts, cycling if needed."""
     try:
@@ -122,22 +132,11 @@ def load_file(path: Path, num: int | None, default_output: int, seed: int = 0) -
         raise _bad(path, None, "not UTF-8 text") from None
     entries: list[Prompt] = []
     if text.lstrip().startswith("["):
-        try:
-            doc = json.loads(text)
-        except ValueError as exc:
-            raise _bad(
-                path, getattr(exc, "lineno", None), f"not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc})"
-            ) from None
-        entries = [_from_entry(e, path, None, default_output) for e in doc]
+        entries = [_from_entry(e, path, None, default_output) for e in _json(text, path, None)]
     else:
         for lineno, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                entry = json.loads(line)
-            except ValueError as exc:
-                raise _bad(path, lineno, f"not valid JSON ({getattr(exc, 'msg', exc)})") from None
-            entries.append(_from_entry(entry, path, lineno, default_output))
+            if line.strip():
+                entries.append(_from_entry(_json(line, path, lineno), path, lineno, default_output))
     if not entries:
         raise _bad(path, None, "no prompts in the file")
     if num is None:

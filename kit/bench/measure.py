@@ -11,7 +11,7 @@ from typing import Any
 
 from kit.bench import metrics, results
 from kit.bench.dataset import Prompt
-from kit.bench.runner import Runner, Target
+from kit.bench.runner import BUDGET_STOP, Runner, Target
 from kit.bench.schedule import LoadPoint
 from kit.errors import ServerError
 from kit.output import LiveLine, bar
@@ -47,25 +47,36 @@ def interrupt_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, _raise)
 
 
-def server_version(base_url: str, key: str | None) -> str | None:
+def server_version(base_url: str, key: str | None, timeout: float = 5) -> str | None:
     """vLLM's GET /version ({"version": "0.32.0"}), None when the server has no such route."""
     import requests
 
+    if timeout <= 0:
+        return None
     try:
-        resp = requests.get(f"{base_url}/version", headers={"Authorization": f"Bearer {key}"} if key else {}, timeout=5)
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        resp = requests.get(f"{base_url}/version", headers=headers, timeout=timeout)
         return str(resp.json().get("version")) if resp.status_code == 200 else None
     except (requests.exceptions.RequestException, ValueError, AttributeError):
         return None
 
 
-def warm_up(runner: Runner, prompts: Sequence[Prompt], count: int) -> None:
-    """Untimed requests first (vLLM's bench sends one test prompt); a failure here is the
-    server's: one line, exit 8."""
-    for i in range(count):
-        rec = runner.one(-1 - i, prompts[i % len(prompts)])
-        if rec is not None and not rec.success:
-            hint = "pass the server's key with --api-key-file" if rec.status == 401 else "check `kit logs --serve`"
-            raise ServerError(f"the warm-up request to {runner.target.base_url} failed: {rec.error}", hint=hint)
+def warm_up(runner: Runner, prompts: Sequence[Prompt], count: int) -> str | None:
+    """Untimed requests first (vLLM's bench sends one test prompt), one at a time and bounded by
+    the runner's deadline like the measured ones; returns why they were cut short (the budget),
+    else None. A failed one is the server's fault: one line, exit 8."""
+    if count < 1:
+        return None
+    run = runner.run([prompts[i % len(prompts)] for i in range(count)], LoadPoint(float("inf"), 1))
+    if run.stopped == "interrupted":
+        raise KeyboardInterrupt
+    if run.stopped == BUDGET_STOP:
+        return run.stopped
+    failed = next((r for r in run.records if not r.success), None)
+    if failed is not None:
+        hint = "pass the server's key with --api-key-file" if failed.status == 401 else "check `kit logs --serve`"
+        raise ServerError(f"the warm-up request to {runner.target.base_url} failed: {failed.error}", hint=hint)
+    return None
 
 
 def run_load(
@@ -78,20 +89,25 @@ def run_load(
     layout: str | None = None,
     deadline: float | None = None,
 ) -> str | None:
-    """Measure every point into doc["points"]; returns why it stopped early, or None."""
+    """Measure every point into doc["points"]; returns why it stopped early, or None.
+    `deadline` (time.monotonic()) bounds the warm-up and every point (kit tune's budget)."""
     state = {"point": ""}
 
     def show(done: int, failed: int, total: int) -> None:
         err = f", {failed} failed" if failed else ""
         live.update(f"{state['point']} {bar(done, total)} {done}/{total} requests{err}")
 
-    runner = Runner(target, on_progress=show)
+    runner = Runner(target, on_progress=show, deadline=deadline)
     try:
-        warm_up(runner, load.prompts, load.warmup)
+        state["point"] = f"{layout + ' ' if layout else ''}warm-up"
+        stopped = warm_up(runner, load.prompts, load.warmup)
+        if stopped:
+            live.done()
+            return stopped
         for number, point in enumerate(load.points, 1):
             state["point"] = f"{layout + ' ' if layout else ''}point {number}/{len(load.points)} ({point.label})"
             live.update(f"{state['point']} {bar(0, len(load.prompts))} 0/{len(load.prompts)} requests", force=True)
-            run = runner.run(load.prompts, point, seed=load.seed, burstiness=load.burstiness, deadline=deadline)
+            run = runner.run(load.prompts, point, seed=load.seed, burstiness=load.burstiness)
             m = metrics.compute(run.records, run.duration)
             m["not_sent"] = run.not_sent
             entry: dict[str, Any] = {

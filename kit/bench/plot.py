@@ -24,8 +24,11 @@ def curves(docs: Sequence[dict[str, Any]], names: Sequence[str]) -> dict[str, li
     out: dict[str, list[dict[str, Any]]] = {}
     for doc, name in zip(docs, names, strict=True):
         for point in doc["points"]:
-            if not point["metrics"].get("completed"):
-                continue
+            m = point["metrics"]
+            if not m.get("completed") or not all(
+                isinstance(m.get(k), int | float) for k in ("output_throughput", *(key for key, _ in PANELS))
+            ):
+                continue  # nothing finished, or a document without these numbers: no dot to draw
             key = point.get("layout") or name
             out.setdefault(key, []).append(point)
     return out

@@ -92,20 +92,66 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
-def load(path: Path) -> dict[str, Any]:
+def load(path: Path, flag: str = "--compare") -> dict[str, Any]:
+    """A saved results document (or `kit bench --json` output), checked: every bad file is one
+    ConfigError naming the file and what is wrong, never a KeyError later."""
+    hint = "pass a results file that `kit bench` or `kit tune` saved"
     try:
         doc = json.loads(Path(path).read_text())
     except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}", key="--compare") from None
-    except ValueError as exc:
-        raise ConfigError(
-            f"{path} is not JSON ({exc})", key="--compare", hint="pass a file `kit bench` saved"
-        ) from None
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}", key=flag) from None
+    except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested thousands deep
+        what = "nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise ConfigError(f"{path} is not JSON ({what})", key=flag, hint=hint) from None
     if isinstance(doc, dict) and doc.get("command") == "bench" and isinstance(doc.get("result"), dict):
         doc = doc["result"]  # a saved `kit bench --json` envelope
-    if not isinstance(doc, dict) or doc.get("kind") != KIND or not isinstance(doc.get("points"), list):
-        raise ConfigError(f"{path} is not a kit bench result", key="--compare", hint="pass a file `kit bench` saved")
-    return doc
+    problem = invalid(doc)
+    if problem:
+        raise ConfigError(f"{path}: {problem}", key=flag, hint=hint)
+    checked: dict[str, Any] = doc
+    return checked
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+# Every metric that render, compare and plot read as a number (plot's panels are headline ones).
+NUMERIC_METRICS = {k for k, _, _ in HEADLINE} | {k for k, _ in COMPARED}
+
+
+def invalid(doc: Any) -> str | None:
+    """What is wrong with a results document, in a few words; None when it can be shown,
+    compared and plotted."""
+    if not isinstance(doc, dict) or doc.get("kind") != KIND:
+        return f'not a kit bench result (no "kind": "{KIND}")'
+    if not isinstance(doc.get("points"), list):
+        return '"points" is not a list'
+    for name in ("target", "cluster"):
+        if doc.get(name) is not None and not isinstance(doc[name], dict):
+            return f'"{name}" is not an object'
+    plan = (doc.get("cluster") or {}).get("plan")
+    if plan is not None and not isinstance(plan, dict):
+        return '"cluster.plan" is not an object or null'
+    for i, point in enumerate(doc["points"], 1):
+        if not isinstance(point, dict):
+            return f"point {i} is not an object"
+        if point.get("rate") is not None and not _number(point["rate"]):
+            return f"point {i}: rate {point['rate']!r} is not a number or null"
+        conc = point.get("concurrency")
+        if conc is not None and (not isinstance(conc, int) or isinstance(conc, bool)):
+            return f"point {i}: concurrency {conc!r} is not an integer or null"
+        if point.get("layout") is not None and not isinstance(point["layout"], str):
+            return f"point {i}: layout is not a string"
+        metrics = point.get("metrics")
+        if not isinstance(metrics, dict):
+            return f'point {i} has no "metrics" object'
+        bad = sorted(k for k in NUMERIC_METRICS if metrics.get(k) is not None and not _number(metrics[k]))
+        if bad:
+            return f"point {i}: metrics {', '.join(bad)} not a number"
+        if not isinstance(metrics.get("errors", {}), dict):
+            return f'point {i}: metrics "errors" is not an object'
+    return None
 
 
 def fmt(value: Any) -> str:
@@ -175,9 +221,15 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
 def describe(doc: dict[str, Any]) -> str:
     c = doc.get("cluster") or {}
     plan = c.get("plan") or {}
-    layout = f"TP={plan.get('tp')} PP={plan.get('pp')} nodes={plan.get('nodes')}" if plan else "no plan"
+    if plan:
+        layout = f"TP={plan.get('tp')} PP={plan.get('pp')} nodes={plan.get('nodes')}"
+    elif doc.get("kind_detail") == "tune":
+        layout = "kit tune: each point has its layout's plan"
+    else:
+        layout = "external server, no kit plan"
     digest = str(c.get("image_digest") or "-")[:19]
-    return f"{doc.get('created')} {doc['target'].get('model')} @ {doc['target'].get('url')} ({layout}, {digest})"
+    target = doc.get("target") or {}
+    return f"{doc.get('created')} {target.get('model')} @ {target.get('url')} ({layout}, {digest})"
 
 
 def render_compare(rows: Sequence[dict[str, Any]], a: dict[str, Any], b: dict[str, Any]) -> str:

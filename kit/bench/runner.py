@@ -3,7 +3,9 @@
 Timing follows vLLM's openai-chat client: the clock starts before the POST, each SSE message
 is stamped when it is parsed, the first message with `choices` is the first token.
 A connection refused / reset (server gone), a 401 or the deadline stops sending further
-requests; what was measured so far is returned with the reason.
+requests; what was measured so far is returned with the reason. The deadline (kit tune's
+budget) bounds every wait: no request starts after it, none waits for an answer past it, and
+streams still open then are cut.
 """
 
 from __future__ import annotations
@@ -13,16 +15,33 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
+
+# Imported once here, not in each worker thread: the first `import requests` takes ~0.3 s and
+# holds the import lock, which delayed the first requests of a paced run (kit's CLI imports
+# verb modules lazily, so only `kit bench`/`kit tune` pay for it).
+import requests
+import urllib3
 
 from kit.bench.dataset import Prompt
 from kit.bench.metrics import RequestRecord
 from kit.bench.schedule import LoadPoint, arrivals
 
-MAX_THREADS = 256
+# One thread per request in flight; kit bench refuses loads that would need more (build_load)
+# rather than cap them silently and record a concurrency that was not the one run.
+MAX_IN_FLIGHT = 256
+BUDGET_STOP = "the time budget ran out"
+# The connection dropped under a request: the server is gone, stop sending (raw urllib3 errors
+# come from read1; requests wraps the ones raised before the body).
+CONNECTION_LOST = (
+    requests.exceptions.ConnectionError,
+    requests.exceptions.ChunkedEncodingError,
+    urllib3.exceptions.ProtocolError,
+    urllib3.exceptions.ReadTimeoutError,
+)
 Progress = Callable[[int, int, int], None]  # (finished, failed, total)
 
 
@@ -84,11 +103,15 @@ def request_body(target: Target, prompt: Prompt) -> dict[str, Any]:
     return body
 
 
+def is_done(message: str) -> bool:
+    return message.removeprefix("data:").strip() == "[DONE]"
+
+
 def apply_message(record: RequestRecord, message: str, now: float, last: float) -> float:
     """Fold one SSE message into the record; returns the new time of the last token chunk."""
     if message.startswith(":"):
         return last
-    data = message.removeprefix("data: ").strip()
+    data = message.removeprefix("data:").strip()
     if data == "[DONE]":
         return last
     event = json.loads(data)
@@ -106,20 +129,32 @@ def apply_message(record: RequestRecord, message: str, now: float, last: float) 
     return last
 
 
+def arriving(resp: requests.Response) -> Iterator[bytes]:
+    """The response body piece by piece, each as soon as it arrives. read1 returns what is there
+    (at most one socket read), for a chunked body and for one that ends when the connection
+    closes alike; `iter_content(chunk_size=None)` waits for the whole body in the second case
+    (urllib3 reads to EOF), which made TTFT == E2E behind some proxies."""
+    while piece := resp.raw.read1(65536, decode_content=True):  # gzip decoded as iter_content did
+        yield piece
+
+
 def _short(exc: BaseException) -> str:
     text = str(exc).replace("\n", " ")
-    for marker in ("Connection refused", "Connection reset", "Remote end closed", "timed out", "Read timed out"):
+    markers = ("Connection refused", "Connection reset", "Connection broken", "Remote end closed", "timed out")
+    for marker in markers:
         if marker in text:
             return f"{type(exc).__name__}: {marker}"
     return f"{type(exc).__name__}: {text[:160]}"
 
 
 class Runner:
-    """One load point at a time; `stop()` (another thread, Ctrl-C) ends it early."""
+    """One load point at a time; `stop()` (another thread, Ctrl-C) ends it early. `deadline`
+    (time.monotonic()) ends every run and request at that time."""
 
-    def __init__(self, target: Target, on_progress: Progress | None = None) -> None:
+    def __init__(self, target: Target, on_progress: Progress | None = None, deadline: float | None = None) -> None:
         self.target = target
         self.on_progress = on_progress or (lambda *_: None)
+        self.deadline = deadline
         self._local = threading.local()
         self._abort = threading.Event()
         self._reason: str | None = None
@@ -133,13 +168,19 @@ class Runner:
         self._abort.set()
         with self._lock:
             responses = list(self._open)
-        for resp in responses:  # unblocks threads reading a stream
+        for resp in responses:
+            # shutdown() wakes a thread blocked reading this socket (close() alone does not: the
+            # socket stays open while urllib3's reader holds it); needs urllib3 >= 2.3.
+            with contextlib.suppress(Exception):
+                resp.raw.shutdown()
             with contextlib.suppress(Exception):
                 resp.close()
 
-    def _session(self) -> Any:
-        import requests
+    def left(self) -> float | None:
+        """Seconds until the deadline (None: no deadline)."""
+        return None if self.deadline is None else self.deadline - time.monotonic()
 
+    def _session(self) -> Any:
         session = getattr(self._local, "session", None)
         if session is None:
             session = requests.Session()
@@ -148,10 +189,13 @@ class Runner:
 
     def one(self, index: int, prompt: Prompt, arrival: float | None = None) -> RequestRecord | None:
         """Send one request and time it; None when the run was stopped before it was sent."""
-        import requests
-
+        left = self.left()
+        if left is not None and left <= 0:
+            self.stop(BUDGET_STOP)
         if self._abort.is_set():
             return None
+        # Waiting for the answer's headers ends at the deadline too (the stream itself is cut by stop()).
+        read_timeout = self.target.timeout_s if left is None else min(self.target.timeout_s, left)
         record = RequestRecord(index=index, expected_output_tokens=prompt.output_len)
         url = f"{self.target.base_url}/v1/chat/completions"
         body = request_body(self.target, prompt)
@@ -161,7 +205,11 @@ class Runner:
         resp = None
         try:
             resp = self._session().post(
-                url, json=body, headers=self.target.headers(), stream=True, timeout=(10, self.target.timeout_s)
+                url,
+                json=body,
+                headers=self.target.headers(),
+                stream=True,
+                timeout=(min(10, read_timeout), read_timeout),
             )
             with self._lock:
                 self._open.add(resp)
@@ -173,23 +221,35 @@ class Runner:
                     self.stop("the server answered 401 Unauthorized")
                 return record
             sse = SSEBuffer()
-            for chunk in resp.iter_content(chunk_size=None):
-                if not chunk:
-                    continue
+            finished = False  # saw [DONE]: a stream that ended by itself, not one stop() cut
+            for chunk in arriving(resp):
                 now = time.perf_counter()
                 for message in sse.add(chunk):
                     last = apply_message(record, message, now, last)
+                    finished = finished or is_done(message)
             for message in sse.rest():
                 last = apply_message(record, message, time.perf_counter(), last)
-            if record.chunks:
+                finished = finished or is_done(message)
+            if not finished and self._abort.is_set() and self._reason:  # stop() cut it short
+                record.error = "stopped"
+            elif record.chunks:
                 record.success = True
                 record.latency = last - record.start
             else:
                 record.error = "no token arrived before the stream ended"
-        except (requests.exceptions.RequestException, OSError, ValueError, AttributeError) as exc:
+        except (
+            requests.exceptions.RequestException,
+            urllib3.exceptions.HTTPError,
+            OSError,
+            ValueError,
+            AttributeError,
+        ) as exc:
             record.success = False
             record.error = "stopped" if self._abort.is_set() and self._reason else _short(exc)
-            if isinstance(exc, requests.exceptions.ConnectionError | requests.exceptions.ChunkedEncodingError):
+            left = self.left()
+            if left is not None and left <= 0:
+                self.stop(BUDGET_STOP)  # timed out at the deadline: the budget's doing, not the server's
+            elif isinstance(exc, CONNECTION_LOST):
                 self.stop(f"the server stopped answering ({record.error})")
         finally:
             if resp is not None:
@@ -205,13 +265,12 @@ class Runner:
         *,
         seed: int = 0,
         burstiness: float = 1.0,
-        deadline: float | None = None,
     ) -> PointRun:
         """Send every prompt at its arrival time with at most `point.concurrency` in flight."""
         self._abort.clear()
         self._reason = None
         offsets = arrivals(len(prompts), point.rate, burstiness, seed=seed)
-        workers = min(point.concurrency or len(prompts), len(prompts), MAX_THREADS) or 1
+        workers = min(point.concurrency or len(prompts), len(prompts)) or 1
         records: list[RequestRecord] = []
         counts = [0, 0]
         lock = threading.Lock()
@@ -233,21 +292,24 @@ class Runner:
         try:
             for i, (prompt, offset) in enumerate(zip(prompts, offsets, strict=True)):
                 while not self._abort.is_set():
+                    left = self.left()
+                    if left is not None and left <= 0:
+                        self.stop(BUDGET_STOP)  # cuts the streams still open
+                        break
                     delay = start + offset - time.perf_counter()
                     if delay <= 0:
                         break
-                    self._abort.wait(min(delay, 0.2))
-                if deadline is not None and time.time() >= deadline:
-                    self.stop("the time budget ran out")
+                    self._abort.wait(min(delay, 0.2) if left is None else min(delay, 0.2, left))
                 if self._abort.is_set():
                     break
                 futures.append(pool.submit(task, i, prompt, time.perf_counter()))
             # Queued requests return at once after a stop; in-flight ones are closed by stop().
             pending = set(futures)
             while pending:
-                _, pending = wait(pending, timeout=0.2)
-                if pending and deadline is not None and time.time() >= deadline:
-                    self.stop("the time budget ran out")
+                left = self.left()
+                if left is not None and left <= 0:
+                    self.stop(BUDGET_STOP)  # cuts the streams still open
+                _, pending = wait(pending, timeout=0.2 if left is None or left <= 0 else min(left, 0.2))
         except KeyboardInterrupt:  # Ctrl-C: keep what was measured; the caller saves it and re-raises
             self.stop("interrupted")
         except BaseException:

@@ -142,8 +142,9 @@ def load_state(path: Path, key: str) -> dict[str, Any]:
 
 
 def rank(entries: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Measured layouts, best first: output token throughput, then lower median E2E latency.
-    A layout with failed requests ranks after every clean one."""
+    """Layouts best first, in tiers: finished cleanly; finished with failed requests; measured
+    in part (cut by the budget or interrupted); nothing measured (skipped, failed to start).
+    Within a tier: output token throughput, then lower median E2E latency."""
     rows = []
     for name, entry in entries.items():
         m = (entry.get("point") or {}).get("metrics")
@@ -152,6 +153,7 @@ def rank(entries: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                 "layout": name,
                 "status": entry.get("status"),
                 "nodes": entry.get("nodes"),
+                "gpus": Layout.parse(name).gpus,
                 "output_throughput": m["output_throughput"] if m else None,
                 "request_throughput": m["request_throughput"] if m else None,
                 "median_ttft_ms": m["median_ttft_ms"] if m else None,
@@ -163,20 +165,41 @@ def rank(entries: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             }
         )
 
-    def order(row: dict[str, Any]) -> tuple[int, int, float, float]:
-        measured = row["status"] == "done" and row["output_throughput"] is not None
-        return (
-            0 if measured else 1,
-            0 if not row["failed"] else 1,
-            -(row["output_throughput"] or 0.0),
-            row["median_e2el_ms"] or math.inf,
-        )
+    def order(row: dict[str, Any]) -> tuple[int, float, float]:
+        if row["output_throughput"] is None:
+            tier = 3
+        elif row["status"] != "done":
+            tier = 2
+        else:
+            tier = 1 if row["failed"] else 0
+        return (tier, -(row["output_throughput"] or 0.0), row["median_e2el_ms"] or math.inf)
 
     return sorted(rows, key=order)
 
 
-def recommendation(ranking: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    best = ranking[0] if ranking else None
-    if best is None or best["status"] != "done" or best["failed"]:
+def recommendation(ranking: Sequence[dict[str, Any]], tie: float = 0.0) -> dict[str, Any] | None:
+    """The layout to use, among those that finished cleanly: the fastest, unless others are
+    within `tie` (a fraction) of its output throughput; then the one on the fewest nodes, then
+    GPUs (a difference that small is noise on a shared host, the hardware saved is not).
+    The row comes back with "over": the faster layout it was preferred to, or None."""
+    clean = [r for r in ranking if r["status"] == "done" and not r["failed"] and r["output_throughput"] is not None]
+    if not clean:
         return None
-    return best
+    fastest = max(clean, key=lambda r: r["output_throughput"])
+    tied = [r for r in clean if r["output_throughput"] >= fastest["output_throughput"] * (1 - tie)]
+    pick = min(tied, key=lambda r: (r["nodes"], r["gpus"], -r["output_throughput"]))
+    return {**pick, "over": None if pick is fastest else fastest["layout"]}
+
+
+def recommendation_line(best: dict[str, Any] | None, ranking: Sequence[dict[str, Any]], tie: float) -> str:
+    if best is None:
+        return "no recommendation: no layout finished cleanly"
+    line = f"recommended: {best['layout']} ({best['output_throughput']:.1f} output tokens/s"
+    if best["over"]:
+        fastest = next(r for r in ranking if r["layout"] == best["over"])
+        line += (
+            f"; {fastest['layout']} made {fastest['output_throughput']:.1f}, within the {tie:.0%} tie tolerance"
+            f" (--tie), and {best['layout']} uses fewer nodes/GPUs: {best['nodes']} node(s), {best['gpus']} GPU(s)"
+            f" vs {fastest['nodes']}, {fastest['gpus']}"
+        )
+    return line + ")"

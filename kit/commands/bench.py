@@ -11,11 +11,11 @@ import click
 from kit.bench import dataset, results
 from kit.bench.dataset import Prompt
 from kit.bench.measure import Load
-from kit.bench.runner import Target
+from kit.bench.runner import MAX_IN_FLIGHT, Target
 from kit.bench.schedule import sweep
 from kit.commands._common import config_options, json_option, resolve_cluster
 from kit.config import KitConfig
-from kit.errors import UsageError
+from kit.errors import ConfigError, UsageError
 from kit.output import emit, progress
 
 
@@ -34,7 +34,12 @@ def load_options(func: Any) -> Any:
         click.option("--output-len", type=int, default=32, show_default=True, help="Tokens to generate per request."),
         click.option("--range-ratio", type=float, default=0.5, show_default=True, help="--dataset random: ± spread."),
         click.option("--rate", help="Request rate(s) per second, Poisson arrivals; e.g. 1,2,inf (default inf)."),
-        click.option("--concurrency", "-c", help="Max requests in flight; a sweep like 1,2,4 (default 1)."),
+        click.option(
+            "--concurrency",
+            "-c",
+            help=f"Max requests in flight (at most {MAX_IN_FLIGHT}); a sweep like 1,2,4 (default 1; "
+            f"with --rate, no limit, so -n must then be {MAX_IN_FLIGHT} or less).",
+        ),
         click.option("--burstiness", type=float, default=1.0, show_default=True, help="Gamma shape (1 = Poisson)."),
         click.option("--warmup", type=int, default=1, show_default=True, help="Untimed requests before measuring."),
         click.option("--seed", type=int, default=0, show_default=True),
@@ -74,9 +79,19 @@ def build_load(flags: dict[str, Any]) -> Load:
         "burstiness": flags["burstiness"],
         "ignore_eos": flags["ignore_eos"],
     }
+    points = sweep(flags["rate"], flags["concurrency"])
+    for point in points:
+        in_flight = min(point.concurrency or num, num)
+        if in_flight > MAX_IN_FLIGHT:
+            what = f"--concurrency {point.concurrency}" if point.concurrency else f"-n {num} with no --concurrency"
+            raise ConfigError(
+                f"{what} would put {in_flight} requests in flight; kit bench keeps at most {MAX_IN_FLIGHT}",
+                key="--concurrency",
+                hint=f"pass --concurrency {MAX_IN_FLIGHT} or less",
+            )
     return Load(
         prompts=prompts,
-        points=sweep(flags["rate"], flags["concurrency"]),
+        points=points,
         warmup=max(0, flags["warmup"]),
         seed=flags["seed"],
         burstiness=flags["burstiness"],
@@ -84,12 +99,39 @@ def build_load(flags: dict[str, Any]) -> Load:
     )
 
 
-def cluster_info(config: KitConfig, url: str, server_version: str | None) -> dict[str, Any]:
-    """The cluster's plan, versions and image digest (kit status's view), best effort: with
-    --url against a server kit did not start, only the server's own version is known."""
+def cluster_info(config: KitConfig, url: str, server_version: str | None, model: str) -> dict[str, Any]:
+    """What was measured. A kit cluster serves `url` when this host runs its head at that
+    address, or, with no node here, when it is the configured head_address: then its plan,
+    image digest and nodes (kit status's view). Anything else is an external server: plan null,
+    with what the server itself says (the model it serves, its /version), never the plan of a
+    kit.yaml that did not start it."""
     from kit import __version__
+    from kit.commands.serve import server_url
 
-    info: dict[str, Any] = {
+    versions = {"vllm": server_version, "kit": __version__}
+    try:
+        from kit.runtime import get_runtime
+
+        running = [n for n in get_runtime(config).find_nodes(config.cluster) if n.state == "running"]
+    except Exception:  # no engine here (a laptop against --url): only head_address can say
+        running = []
+    if running:
+        ours = server_url(config, running) == url
+    else:
+        ours = bool(config.head_address) and url == f"http://{config.head_address}:{config.ports.api}"
+    if not ours:
+        return {
+            "name": None,
+            "plan": None,
+            "url": url,
+            "served_model": model,
+            "image": None,
+            "image_digest": None,
+            "versions": versions,
+            "nodes": [],
+        }
+    head = next((n for n in running if n.role == "head"), None)
+    return {
         "name": config.cluster,
         "plan": {
             "tp": config.tp,
@@ -103,24 +145,13 @@ def cluster_info(config: KitConfig, url: str, server_version: str | None) -> dic
             "model": config.model.id,
             "max_model_len": config.model.max_model_len,
         },
-        "image": config.image,
-        "image_digest": None,
-        "versions": {"vllm": server_version, "kit": __version__},
-        "nodes": [],
+        "url": url,
+        "served_model": model,
+        "image": (head.image if head else None) or config.image,
+        "image_digest": head.image_digest if head else None,
+        "versions": versions,
+        "nodes": [{"name": n.name, "role": n.role, "ip": n.ip, "image_digest": n.image_digest} for n in running],
     }
-    try:
-        from kit.runtime import get_runtime
-
-        nodes = get_runtime(config).find_nodes(config.cluster)
-    except Exception:  # no engine here (a laptop against --url): the plan still describes it
-        nodes = []
-    running = [n for n in nodes if n.state == "running"]
-    head = next((n for n in running if n.role == "head"), None)
-    if head is not None:
-        info["image"] = head.image or config.image
-        info["image_digest"] = head.image_digest
-    info["nodes"] = [{"name": n.name, "role": n.role, "ip": n.ip, "image_digest": n.image_digest} for n in running]
-    return info
 
 
 def resolve_target(
@@ -214,7 +245,7 @@ def command(
             )
         from kit.bench.plot import plot
 
-        docs = [results.load(p) for p in from_files]
+        docs = [results.load(p, "--from") for p in from_files]
         plot(docs, [p.stem for p in from_files], plot_path)
         emit("bench", {"plot": str(plot_path)}, as_json=as_json, text=f"wrote {plot_path}")
         return
@@ -237,7 +268,7 @@ def command(
     doc = results.new_document(
         target={"url": target.base_url, "model": target.model},
         load=load.to_dict(),
-        cluster=cluster_info(config, target.base_url, version),
+        cluster=cluster_info(config, target.base_url, version, target.model),
     )
     save_to = None if no_save else (output or results.default_path(state_dir(), config.cluster))
     progress(

@@ -73,8 +73,15 @@ def log_tail(runtime: Runtime, node: NodeHandle, lines: int = 25) -> list[str]:
 
 
 def serve_cluster(
-    config: KitConfig, runtime: Runtime, *, replace: bool = False, on_progress: Callable[[str], None] = lambda _: None
+    config: KitConfig,
+    runtime: Runtime,
+    *,
+    replace: bool = False,
+    on_progress: Callable[[str], None] = lambda _: None,
+    deadline: float | None = None,
 ) -> dict[str, Any]:
+    """Start vllm serve on the serving nodes and wait for /health, at most timeouts.ready s and
+    never past `deadline` (time.monotonic(); kit tune's budget)."""
     from kit import client
 
     nodes = runtime.find_nodes(config.cluster)
@@ -93,7 +100,7 @@ def serve_cluster(
         script = serve_script(config, Role(node.role, node.rank))
         runtime.exec_detached(node, ["bash", "-c", LAUNCH, "kit-serve", script])
         on_progress(f"{node.name}: started vllm serve ({node.role}, rank {node.rank})")
-    deadline = started + config.timeouts.ready
+    give_up = started + config.timeouts.ready if deadline is None else min(started + config.timeouts.ready, deadline)
     last = ""
     next_check = 0.0
     while not client.health(url, timeout=1):
@@ -111,9 +118,11 @@ def serve_cluster(
             if tail and tail[-1] != last:
                 last = tail[-1]
                 on_progress(f"waiting for {url}/health ({now - started:.0f} s): {last[:160]}")
-        if now > deadline:
+        if now > give_up:
             raise StartError(
-                f"the server was not healthy after {config.timeouts.ready} s",
+                f"the server was not healthy after {config.timeouts.ready} s"
+                if give_up != deadline
+                else f"the time budget ran out {now - started:.0f} s into waiting for {url}/health",
                 details=log_tail(runtime, targets[-1]),
                 hint="raise timeouts.ready (big models load slowly) or check `kit logs --serve`",
             )

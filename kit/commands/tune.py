@@ -14,7 +14,17 @@ from typing import Any
 import click
 
 from kit.bench import results
-from kit.bench.tune import Layout, candidates, check_fits, load_state, parse_layouts, rank, recommendation, state_key
+from kit.bench.tune import (
+    Layout,
+    candidates,
+    check_fits,
+    load_state,
+    parse_layouts,
+    rank,
+    recommendation,
+    recommendation_line,
+    state_key,
+)
 from kit.commands._common import config_options, json_option, model_experts, model_heads, resolve_cluster
 from kit.commands.bench import build_load, load_options
 from kit.config import KitConfig, Resolved
@@ -32,14 +42,10 @@ def parse_budget(text: str) -> float:
     return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
 
 
-def layout_config(config: KitConfig, layout: Layout, remaining: float) -> KitConfig:
+def layout_config(config: KitConfig, layout: Layout) -> KitConfig:
     o = layout.overrides(config.gpus_per_node)
     model = dataclasses.replace(config.model, tp=o["model.tp"], pp=o["model.pp"], dp=o["model.dp"], ep=o["model.ep"])
-    cap = max(int(remaining), 1)
-    timeouts = dataclasses.replace(
-        config.timeouts, join=min(config.timeouts.join, cap), ready=min(config.timeouts.ready, cap)
-    )
-    return config.replace(nodes=o["nodes"], gpus_per_node=o["gpus_per_node"], model=model, timeouts=timeouts)
+    return config.replace(nodes=o["nodes"], gpus_per_node=o["gpus_per_node"], model=model)
 
 
 def check_layout(
@@ -48,7 +54,7 @@ def check_layout(
     """The plan checks `kit up` makes, for this layout, naming the layout in the error."""
     from kit.plan.topology import check_config
 
-    lconf = layout_config(config, layout, config.timeouts.ready)
+    lconf = layout_config(config, layout)
     experts = model_experts(lconf) if layout.ep else None
     try:
         check_config(lconf, {}, attention_heads=heads, kv_heads=kv, experts=experts)
@@ -70,8 +76,10 @@ def check_local(config: KitConfig) -> None:
         )
 
 
-def serve_layout(resolved: Resolved, config: KitConfig, say: Callable[[str], None]) -> dict[str, Any]:
-    """kit up (workers, then the head) and kit serve, as `kit demo` does."""
+def serve_layout(resolved: Resolved, config: KitConfig, say: Callable[[str], None], deadline: float) -> dict[str, Any]:
+    """kit up (workers, then the head) and kit serve, as `kit demo` does. Every wait ends at
+    `deadline` (time.monotonic(), the budget's end): the waits share it, each does not get the
+    whole remainder."""
     from kit.commands.serve import serve_cluster
     from kit.commands.up import plan_up, start_node
     from kit.runtime import get_runtime
@@ -80,8 +88,34 @@ def serve_layout(resolved: Resolved, config: KitConfig, say: Callable[[str], Non
     for role in roles:
         spec, net = plan_up(dataclasses.replace(resolved, config=config), role)
         say(f"  kit up --{role.kind}: {spec.name} at {net.ip}")
-        start_node(config, spec, replace=True, wait=True, as_json=True)
-    return serve_cluster(config, get_runtime(config), on_progress=lambda line: None)
+        start_node(config, spec, replace=True, wait=True, as_json=True, deadline=deadline)
+    return serve_cluster(config, get_runtime(config), on_progress=lambda line: None, deadline=deadline)
+
+
+def keep_points(record: dict[str, Any], layout_doc: dict[str, Any], doc: dict[str, Any]) -> None:
+    """A layout's measured points into its state record and the run's document: every point goes
+    into the plot, the last (heaviest) one is what the ranking uses."""
+    points = layout_doc["points"]
+    for point in points:
+        point["cluster"] = layout_doc["cluster"]
+    doc["points"].extend(points)
+    if doc["cluster"] is None:
+        doc["cluster"] = {k: v for k, v in layout_doc["cluster"].items() if k != "plan"}
+    record.update({"point": points[-1] if points else None, "points": points})
+
+
+def conclude(
+    doc: dict[str, Any], state: dict[str, Any], chosen: list[Layout], tie: float, save_to: Path
+) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """Rank what the state holds for the chosen layouts, recommend one, save the document."""
+    ranking = rank({lay.name: state["layouts"][lay.name] for lay in chosen if lay.name in state["layouts"]})
+    best = recommendation(ranking, tie)
+    doc["ranking"] = ranking
+    doc["tie"] = tie
+    doc["recommendation"] = best["layout"] if best else None
+    doc["complete"] = not doc.get("error") and all(r["status"] == "done" for r in ranking)
+    results.save(doc, save_to)
+    return ranking, best
 
 
 @click.command(name="tune")
@@ -90,6 +124,15 @@ def serve_layout(resolved: Resolved, config: KitConfig, say: Callable[[str], Non
 @click.option("--fresh", is_flag=True, help="Forget finished layouts of an earlier run with the same load.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), help="Where to save the results.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path), help="Latency vs throughput PNG.")
+@click.option(
+    "--tie",
+    type=click.FloatRange(0, 100),
+    default=5.0,
+    show_default=True,
+    metavar="PERCENT",
+    help="Layouts within this many percent of the best output tokens/s count as tied; "
+    "a tie goes to the layout on fewer nodes, then fewer GPUs.",
+)
 @load_options
 @config_options
 @json_option
@@ -99,6 +142,7 @@ def command(
     fresh: bool,
     output: Path | None,
     plot_path: Path | None,
+    tie: float,
     config_path: str | None,
     cluster: str | None,
     set_values: tuple[str, ...],
@@ -106,16 +150,20 @@ def command(
     api_key_file: str | None,
     **flags: Any,
 ) -> None:
-    """Measure each layout of the cluster and recommend the fastest.
+    """Measure each layout of the cluster and recommend one.
 
     \b
     For each layout (TP x PP, and DP/EP: tp1-dp2, tp1-dp4-ep; on whole nodes): kit up the
     nodes it needs, kit serve, the same load as `kit bench` (same flags), kit down. The
-    ranking is by output tokens/s at the last (heaviest) load point, then median latency.
-    Finished layouts are kept in a state file, so running it again after a Ctrl-C or an
-    exhausted --budget measures only what is left (--fresh starts over). Nothing it started
-    is left running, whatever happens. Nodes start
-    on this host: one node, or the local multi-node simulation (network:).
+    ranking is by output tokens/s at the last (heaviest) load point, then median latency;
+    layouts with no measurement rank last. The recommendation is the fastest layout that
+    finished cleanly, or, among those within --tie percent of it, the one on fewer nodes,
+    then fewer GPUs. Finished layouts are kept in a state file, so running it again after a
+    Ctrl-C or an exhausted --budget measures only what is left (--fresh starts over); an
+    interrupted run still writes what it measured. --budget bounds every wait (bring-up,
+    warm-up, requests), so the run ends within it plus the last teardown. Nothing it started
+    is left running, whatever happens. Nodes start on this host: one node, or the local
+    multi-node simulation (network:).
 
     \b
     Examples:
@@ -129,7 +177,9 @@ def command(
     from kit.runtime import get_runtime
     from kit.state import state_dir
 
-    deadline = time.time() + parse_budget(budget)
+    # The budget's end, on the clock every wait below compares with: bring-up, warm-up and
+    # measurement of every layout share it.
+    deadline = time.monotonic() + parse_budget(budget)
     load = build_load(flags)
     resolved = resolve_cluster(config_path, cluster, set_values)
     config = resolved.config
@@ -173,89 +223,81 @@ def command(
     # SIGTERM (a job scheduler, `kill`) unwinds like Ctrl-C, so the finally below tears down.
     measure.interrupt_on_sigterm()
     say(f"kit tune: {len(chosen)} layout(s) {', '.join(lay.name for lay in chosen)}; budget {budget}")
-    for layout in chosen:
-        entry = state["layouts"].get(layout.name)
-        if entry and entry.get("status") in ("done", "failed"):
-            say(f"{layout.name}: {entry['status']} in an earlier run (kept; --fresh measures it again)")
-            doc["points"].extend(entry.get("points") or ([entry["point"]] if entry.get("point") else []))
-            continue
-        remaining = deadline - time.time()
-        nodes = layout.nodes(config.gpus_per_node)
-        if remaining < MIN_LAYOUT_S:
-            state["layouts"][layout.name] = {"status": "skipped", "nodes": nodes, "error": "time budget used up"}
-            say(f"{layout.name}: skipped (time budget used up)")
-            continue
-        lconf = layout_config(config, layout, remaining)
-        say(
-            f"{layout.name}: {nodes} node(s), TP={layout.tp} PP={layout.pp}"
-            + (f" DP={layout.dp}" if layout.dp > 1 else "")
-            + (" EP" if layout.ep else "")
-        )
-        started = time.monotonic()
-        record: dict[str, Any] = {"status": "failed", "nodes": nodes}
-        try:
-            served = serve_layout(resolved, lconf, say)
-            record["ready_s"] = round(time.monotonic() - started, 1)
-            say(f"  serving at {served['url']} after {record['ready_s']} s; measuring")
-            from kit.commands.bench import cluster_info
+    try:
+        for layout in chosen:
+            entry = state["layouts"].get(layout.name)
+            if entry and entry.get("status") in ("done", "failed"):
+                say(f"{layout.name}: {entry['status']} in an earlier run (kept; --fresh measures it again)")
+                doc["points"].extend(entry.get("points") or ([entry["point"]] if entry.get("point") else []))
+                continue
+            remaining = deadline - time.monotonic()
+            nodes = layout.nodes(config.gpus_per_node)
+            if remaining < MIN_LAYOUT_S:
+                state["layouts"][layout.name] = {"status": "skipped", "nodes": nodes, "error": "time budget used up"}
+                say(f"{layout.name}: skipped (time budget used up)")
+                continue
+            lconf = layout_config(config, layout)
+            say(
+                f"{layout.name}: {nodes} node(s), TP={layout.tp} PP={layout.pp}"
+                + (f" DP={layout.dp}" if layout.dp > 1 else "")
+                + (" EP" if layout.ep else "")
+            )
+            started = time.monotonic()
+            record: dict[str, Any] = {"status": "failed", "nodes": nodes}
+            layout_doc: dict[str, Any] | None = None
+            try:
+                served = serve_layout(resolved, lconf, say, deadline)
+                record["ready_s"] = round(time.monotonic() - started, 1)
+                say(f"  serving at {served['url']} after {record['ready_s']} s; measuring")
+                from kit.commands.bench import cluster_info
 
-            version = measure.server_version(served["url"], key)
-            target = Target(
-                base_url=served["url"],
-                model=config.served_name,
-                api_key=key,
-                ignore_eos=flags["ignore_eos"],
-                timeout_s=flags["request_timeout"],
-            )
-            layout_doc = results.new_document(
-                target={"url": served["url"], "model": config.served_name},
-                load=load.to_dict(),
-                cluster=cluster_info(lconf, served["url"], version),
-            )
-            stopped = measure.run_load(
-                target,
-                load,
-                layout_doc,
-                save_to=None,
-                live=LiveLine(as_json=as_json),
-                layout=layout.name,
-                deadline=deadline,
-            )
-            for point in layout_doc["points"]:
-                point["cluster"] = layout_doc["cluster"]
-            doc["points"].extend(layout_doc["points"])
-            if doc["cluster"] is None:
-                doc["cluster"] = {k: v for k, v in layout_doc["cluster"].items() if k != "plan"}
-            # ranked at the last (heaviest) load point; every point goes into the plot
-            point = layout_doc["points"][-1] if layout_doc["points"] else None
-            record.update(
-                {
-                    "point": point,
-                    "points": layout_doc["points"],
-                    "status": "done" if not stopped else "partial",
-                    "error": stopped,
-                }
-            )
-        except KitError as err:
-            record["error"] = err.message
-            if time.time() >= deadline - 1:  # cut short by the budget: measured again next run
-                record.update({"status": "skipped", "error": f"time budget ran out ({err.message})"})
-            say(f"  {layout.name} {record['status']}: {err.message}")
-        except BaseException:
-            record.update({"status": "interrupted", "error": "interrupted"})
-            raise
-        finally:
-            rt.remove_cluster(config.cluster)  # never leave a server up that kit tune started
-            record["seconds"] = round(time.monotonic() - started, 1)
-            state["layouts"][layout.name] = record
-            results.save(state, state_path)
-        say(f"  {layout.name}: torn down ({record['status']}, {record['seconds']} s)")
-    ranking = rank({lay.name: state["layouts"][lay.name] for lay in chosen if lay.name in state["layouts"]})
-    best = recommendation(ranking)
-    doc["ranking"] = ranking
-    doc["recommendation"] = best["layout"] if best else None
-    doc["complete"] = all(r["status"] == "done" for r in ranking)
-    results.save(doc, save_to)
+                version = measure.server_version(served["url"], key, timeout=min(5, deadline - time.monotonic()))
+                target = Target(
+                    base_url=served["url"],
+                    model=config.served_name,
+                    api_key=key,
+                    ignore_eos=flags["ignore_eos"],
+                    timeout_s=flags["request_timeout"],
+                )
+                layout_doc = results.new_document(
+                    target={"url": served["url"], "model": config.served_name},
+                    load=load.to_dict(),
+                    cluster=cluster_info(lconf, served["url"], version, config.served_name),
+                )
+                stopped = measure.run_load(
+                    target,
+                    load,
+                    layout_doc,
+                    save_to=None,
+                    live=LiveLine(as_json=as_json),
+                    layout=layout.name,
+                    deadline=deadline,
+                )
+                # cut by the budget before a point was measured: measured again next run, like a skip
+                status = "done" if not stopped else "partial" if layout_doc["points"] else "skipped"
+                record.update({"status": status, "error": stopped})
+            except KitError as err:
+                record["error"] = err.message
+                if time.monotonic() >= deadline - 1:  # cut short by the budget: measured again next run
+                    record.update({"status": "skipped", "error": f"time budget ran out ({err.message})"})
+                say(f"  {layout.name} {record['status']}: {err.message}")
+            except BaseException:
+                record.update({"status": "interrupted", "error": "interrupted"})
+                raise
+            finally:
+                if layout_doc is not None:  # whatever was measured stays, even when interrupted
+                    keep_points(record, layout_doc, doc)
+                rt.remove_cluster(config.cluster)  # never leave a server up that kit tune started
+                record["seconds"] = round(time.monotonic() - started, 1)
+                state["layouts"][layout.name] = record
+                results.save(state, state_path)
+            say(f"  {layout.name}: torn down ({record['status']}, {record['seconds']} s)")
+    except KeyboardInterrupt:  # Ctrl-C / SIGTERM: the results so far are written before exit 130
+        doc["error"] = "interrupted"
+        conclude(doc, state, chosen, tie / 100, save_to)
+        say(f"kit tune: interrupted; results so far saved to {save_to}")
+        raise
+    ranking, best = conclude(doc, state, chosen, tie / 100, save_to)
     if plot_path and doc["points"]:
         from kit.bench.plot import plot
 
@@ -291,11 +333,7 @@ def command(
             "ready s",
             "note",
         ]
-        rec = (
-            f"recommended: {best['layout']} ({results.fmt(best['output_throughput'])} output tokens/s)"
-            if best
-            else "no recommendation: no layout finished cleanly"
-        )
+        rec = recommendation_line(best, ranking, tie / 100)
         return "\n".join(
             [table(head, rows), rec, f"saved to {save_to}"] + ([f"plot: {plot_path}"] if plot_path else [])
         )

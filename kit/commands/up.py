@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+import time
 from typing import Any
 
 import click
@@ -168,8 +169,17 @@ def command(
     )
 
 
-def start_node(config: KitConfig, spec: ContainerSpec, *, replace: bool, wait: bool, as_json: bool) -> dict[str, Any]:
-    """Start (or report) the node container and wait for readiness. Ctrl-C leaves no orphan."""
+def start_node(
+    config: KitConfig,
+    spec: ContainerSpec,
+    *,
+    replace: bool,
+    wait: bool,
+    as_json: bool,
+    deadline: float | None = None,
+) -> dict[str, Any]:
+    """Start (or report) the node container and wait for readiness. Ctrl-C leaves no orphan.
+    `deadline` (time.monotonic()) ends the wait earlier than timeouts.join (kit tune's budget)."""
     from kit.runtime import get_runtime
 
     runtime = get_runtime(config)
@@ -197,10 +207,13 @@ def start_node(config: KitConfig, spec: ContainerSpec, *, replace: bool, wait: b
             if is_ready
             else "the worker to join the head"
         )
+        timeout: float = config.timeouts.join + 30
+        if deadline is not None:
+            timeout = max(min(timeout, deadline - time.monotonic()), 0)
         line = runtime.wait_for_mark(
             spec.name,
             [READY_MARK] if is_ready else [JOINED_MARK],
-            timeout=config.timeouts.join + 30,
+            timeout=timeout,
             on_progress=lambda text: progress(f"{spec.name}: {text}", as_json=as_json),
             what=what,
         )

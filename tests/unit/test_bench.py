@@ -4,6 +4,7 @@ and the runner against a small real HTTP server that streams like vLLM (SSE, usa
 
 from __future__ import annotations
 
+import _thread
 import json
 import math
 import socket
@@ -84,6 +85,30 @@ def test_arrivals_poisson_rescaled_like_vllm() -> None:
     assert schedule.arrivals(4, 2.0, seed=3) == schedule.arrivals(4, 2.0, seed=3)
 
 
+def test_more_in_flight_than_kit_runs_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """kit keeps at most MAX_IN_FLIGHT requests in flight (a thread each): a load that needs more
+    is one line, exit 3, before any request, instead of a silent cap recorded as unlimited."""
+    from kit.bench.runner import MAX_IN_FLIGHT
+    from kit.cli import main
+
+    base = ["bench", "--url", "http://127.0.0.1:9"]
+    for extra, what in (
+        (["-n", "400", "-c", "1,300"], "--concurrency 300 would put 300 requests in flight"),
+        (["-n", str(MAX_IN_FLIGHT + 1), "--rate", "5"], f"-n {MAX_IN_FLIGHT + 1} with no --concurrency would put"),
+    ):
+        with pytest.raises(SystemExit) as info:
+            main([*base, *extra])
+        err = capsys.readouterr().err
+        assert info.value.code == 3 and err.count("\n") == 1, err
+        assert what in err and f"at most {MAX_IN_FLIGHT}" in err
+    from kit.commands.bench import build_load
+
+    flags = {"dataset": "fixed", "num_prompts": 400, "input_len": 2, "output_len": 2, "range_ratio": 0.5}
+    flags.update({"rate": "5", "concurrency": str(MAX_IN_FLIGHT), "burstiness": 1.0, "warmup": 0, "seed": 0})
+    load = build_load({**flags, "ignore_eos": True})
+    assert [p.concurrency for p in load.points] == [MAX_IN_FLIGHT]
+
+
 def test_sweep_points() -> None:
     assert [p.concurrency for p in schedule.sweep(None, "1,2,4")] == [1, 2, 4]
     pts = schedule.sweep("1,inf", None)
@@ -131,6 +156,8 @@ def test_jsonl_and_sharegpt_files(tmp_path: Path) -> None:
         ('{"messages": [{"role": "user"}]}\n', '"messages" must be'),
         ("[1, 2]", "expected a JSON object"),
         ("\n\n", "no prompts"),
+        ("[" * 100_000, r"p\.jsonl: not valid JSON \(nested too deeply\)"),  # RecursionError in json
+        ('{"prompt": "ok"}\n' + "[" * 100_000 + "\n", r"p\.jsonl:2: not valid JSON \(nested too deeply\)"),
     ],
 )
 def test_malformed_dataset_is_one_config_error(tmp_path: Path, text: str, match: str) -> None:
@@ -161,6 +188,11 @@ class FakeVLLM(BaseHTTPRequestHandler):
     token_delay = 0.005
     die_after: int | None = None
     served = 0
+    # False: no chunked encoding, the body ends when the connection closes (some proxies and
+    # gateways stream SSE like that); the client must still see each event as it arrives.
+    chunked = True
+    interrupt_at: int | None = None  # Ctrl-C in the test's main thread when this request arrives
+    die_mid_stream = False  # with die_after: drop the connection after two tokens, not before answering
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -191,34 +223,50 @@ class FakeVLLM(BaseHTTPRequestHandler):
             return
         cls = type(self)
         cls.served += 1
-        if cls.die_after is not None and cls.served > cls.die_after:
+        if cls.served == cls.interrupt_at:
+            _thread.interrupt_main()
+        dies = cls.die_after is not None and cls.served > cls.die_after
+        if dies and not cls.die_mid_stream:
             self.connection.shutdown(socket.SHUT_RDWR)  # the server is gone: connections drop
             self.close_connection = True
             return
         n = body["max_completion_tokens"]
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Transfer-Encoding", "chunked")
+        if cls.chunked:
+            self.send_header("Transfer-Encoding", "chunked")
+        else:
+            self.send_header("Connection", "close")
+            self.close_connection = True
         self.end_headers()
 
         def send(data: str) -> None:
             raw = f"data: {data}\n\n".encode()
-            self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n")
+            self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n" if cls.chunked else raw)
             self.wfile.flush()
 
         send(json.dumps({"choices": [{"delta": {"role": "assistant", "content": ""}}]}))
-        for _ in range(n):
+        for i in range(n):
             time.sleep(self.token_delay)
+            if dies and i == 2:
+                self.connection.shutdown(socket.SHUT_RDWR)
+                self.close_connection = True
+                return
             send(json.dumps({"choices": [{"delta": {"content": " w"}}]}))
         send(json.dumps({"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": n}}))
         send("[DONE]")
-        self.wfile.write(b"0\r\n\r\n")
+        if cls.chunked:
+            self.wfile.write(b"0\r\n\r\n")
 
 
 @pytest.fixture
 def fake_server() -> Iterator[str]:
     FakeVLLM.served = 0
     FakeVLLM.die_after = None
+    FakeVLLM.chunked = True
+    FakeVLLM.token_delay = 0.005
+    FakeVLLM.interrupt_at = None
+    FakeVLLM.die_mid_stream = False
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeVLLM)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -240,6 +288,22 @@ def test_runner_measures_a_streaming_server(fake_server: str) -> None:
     assert 4.0 <= m["median_itl_ms"] < 30.0
 
 
+@pytest.mark.parametrize("chunked", [True, False], ids=["chunked", "until-close"])
+def test_runner_times_each_token_as_it_arrives(fake_server: str, chunked: bool) -> None:
+    """TTFT, ITL and E2E come from when each SSE event arrives, whether the body is chunked or
+    ends at connection close (read as a whole, TTFT == E2E and every ITL ~0)."""
+    FakeVLLM.chunked = chunked
+    FakeVLLM.token_delay = 0.04
+    run = Runner(Target(fake_server, "tiny", api_key="sk-test")).run(
+        dataset.fixed(2, 4, 6), schedule.LoadPoint(float("inf"), 1)
+    )
+    assert run.stopped is None and len(run.records) == 2
+    for r in run.records:
+        assert r.success and r.output_tokens == 6 and len(r.itl) == 6
+        assert r.ttft < 0.5 * r.latency  # the role chunk comes at once, the 6 tokens ~0.24 s later
+        assert all(0.02 < gap < 0.2 for gap in r.itl), r.itl
+
+
 def test_runner_stops_when_the_server_dies(fake_server: str) -> None:
     FakeVLLM.die_after = 3
     runner = Runner(Target(fake_server, "tiny", api_key="sk-test"))
@@ -248,7 +312,7 @@ def test_runner_stops_when_the_server_dies(fake_server: str) -> None:
     assert sum(r.success for r in run.records) == 3 and run.not_sent >= 5
 
 
-def test_cli_bench_saves_compares_and_fails_clearly(fake_server: str, tmp_path: Path) -> None:
+def test_cli_bench_saves_and_compares(fake_server: str, tmp_path: Path) -> None:
     from kit.cli import cli
 
     key = tmp_path / "key"
@@ -261,13 +325,127 @@ def test_cli_bench_saves_compares_and_fails_clearly(fake_server: str, tmp_path: 
     doc = json.loads(a.output)["result"]
     assert doc["complete"] and doc["points"][0]["metrics"]["total_output_tokens"] == 12
     assert doc["cluster"]["versions"]["vllm"] == "0.32.0-fake"
+    # no kit cluster serves that URL: the default kit.yaml's plan is not what was measured
+    assert doc["cluster"]["plan"] is None and doc["cluster"]["name"] is None
+    assert (doc["cluster"]["url"], doc["cluster"]["served_model"]) == (fake_server, "tiny")
     assert "sk-test" not in (tmp_path / "a.json").read_text()
     b = runner.invoke(cli, [*base, "-o", str(tmp_path / "b.json")], env=env)
     assert b.exit_code == 0
     cmp = runner.invoke(cli, ["bench", "--compare", str(tmp_path / "a.json"), str(tmp_path / "b.json")])
     assert cmp.exit_code == 0 and "B/A" in cmp.output and "median_ttft_ms" in cmp.output
+    assert f"tiny @ {fake_server} (external server, no kit plan" in cmp.output
+    tune_doc = {**GOOD_RESULT, "kind_detail": "tune", "cluster": {"versions": {}}}  # no top-level plan
+    assert "(kit tune: each point has its layout's plan" in results.describe(tune_doc)
     rows = results.compare(results.load(tmp_path / "a.json"), results.load(tmp_path / "b.json"))
     assert {r["metric"] for r in rows} >= {"output_throughput", "p99_e2el_ms"}
+
+
+# ---------------------------------------------------------------- failures through the CLI: one line, exit code
+
+
+def run_kit(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """`kit ARGV` in-process through main(): its exit code and stderr."""
+    from kit.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    code = info.value.code
+    return (code if isinstance(code, int) else 1), capsys.readouterr().err
+
+
+@pytest.fixture
+def bench_args(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    monkeypatch.setenv("KIT_STATE_DIR", str(tmp_path / "state"))
+    (tmp_path / "key").write_text("sk-test\n")
+    return ["bench", "--api-key-file", str(tmp_path / "key"), "-n", "6", "-c", "1", "--output-len", "4"]
+
+
+def closed_port_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"  # nothing listens once it is closed
+
+
+def test_cli_unreachable_url_is_one_line_exit_8_and_saves_nothing(
+    bench_args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url = closed_port_url()
+    code, err = run_kit([*bench_args, "--url", url, "-o", str(tmp_path / "r.json")], capsys)
+    assert code == 8 and err.count("\n") == 1 and err.startswith(f"kit: error: cannot reach {url}/v1/models"), err
+    assert not (tmp_path / "r.json").exists() and not (tmp_path / "state" / "bench").exists()
+
+
+def test_cli_wrong_key_is_one_line_exit_8(
+    fake_server: str, bench_args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "key").write_text("not-the-key\n")
+    code, err = run_kit([*bench_args, "--url", fake_server, "-o", str(tmp_path / "r.json")], capsys)
+    assert code == 8 and err.count("\n") == 1 and "answered 401 Unauthorized" in err, err
+    assert "--api-key-file" in err and "not-the-key" not in err
+    assert FakeVLLM.served == 0 and not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.parametrize("mid_stream", [False, True], ids=["before-answering", "mid-stream"])
+def test_cli_server_dying_mid_run_saves_partial_results(
+    fake_server: str, bench_args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str], mid_stream: bool
+) -> None:
+    """The server drops its connections from the 4th request on (warm-up + 2 measured answered):
+    one line that says how many requests were not answered and where the partial results are,
+    exit 8, and the saved document says complete: false."""
+    FakeVLLM.die_after = 3
+    FakeVLLM.die_mid_stream = mid_stream
+    out = tmp_path / "r.json"
+    code, err = run_kit([*bench_args, "--url", fake_server, "-o", str(out)], capsys)
+    lines = [ln for ln in err.splitlines() if ln.startswith("kit: ")]
+    assert code == 8 and len(lines) == 1, err
+    assert "the server stopped answering" in lines[0] and "(4 of 6 requests not answered)" in lines[0]
+    assert f"partial results saved to {out}" in lines[0]
+    assert ("(ProtocolError: Connection broken)" if mid_stream else "(ConnectionError: Remote end closed)") in lines[0]
+    doc = json.loads(out.read_text())
+    m = doc["points"][0]["metrics"]
+    assert doc["complete"] is False and "stopped answering" in doc["error"]
+    assert (m["completed"], m["failed"], m["not_sent"]) == (2, 1, 3)
+
+
+def test_cli_malformed_dataset_is_one_line_exit_3_before_any_request(
+    fake_server: str, bench_args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "fine"}\n{"prompt": "broken"\n')
+    code, err = run_kit([*bench_args, "--url", fake_server, "--dataset", str(bad)], capsys)
+    assert code == 3 and err.count("\n") == 1 and f"{bad}:2: not valid JSON" in err, err
+    assert FakeVLLM.served == 0
+
+
+def test_cluster_info_has_the_plan_only_for_a_kit_cluster_at_that_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    import kit.runtime
+    from kit.commands.bench import cluster_info
+    from kit.runtime.base import NodeHandle
+    from tests.unit.test_plan import make_config
+
+    config = make_config(**{"model.tp": 8, "model.pp": 2})  # cluster "llama", 2 nodes x 8, port 8000
+    head = NodeHandle("kit-llama-head", "llama", "head", 0, "running", ip="10.0.0.5", image_digest="sha256:d")
+
+    class Nodes:
+        def __init__(self, nodes: list[NodeHandle]) -> None:
+            self.nodes = nodes
+
+        def find_nodes(self, cluster: str) -> list[NodeHandle]:
+            return self.nodes
+
+    monkeypatch.setattr(kit.runtime, "get_runtime", lambda config: Nodes([head]))
+    ours = cluster_info(config, "http://10.0.0.5:8000", "0.32.0", "llama-70b")
+    assert ours["plan"]["tp"] == 8 and ours["plan"]["pp"] == 2 and ours["image_digest"] == "sha256:d"
+    assert ours["name"] == "llama" and [n["name"] for n in ours["nodes"]] == ["kit-llama-head"]
+    other = cluster_info(config, "http://10.0.0.9:8000", "0.11.0", "served-elsewhere")
+    assert other["plan"] is None and other["nodes"] == [] and other["image_digest"] is None
+    assert other["served_model"] == "served-elsewhere" and other["versions"]["vllm"] == "0.11.0"
+    # no node on this host: the configured head_address is the cluster's, anything else is not
+    monkeypatch.setattr(kit.runtime, "get_runtime", lambda config: Nodes([]))
+    remote = config.replace(head_address="10.0.0.7")
+    assert cluster_info(remote, "http://10.0.0.7:8000", None, "llama-70b")["plan"]["nodes"] == 2
+    assert cluster_info(remote, "http://127.0.0.1:8000", None, "x")["plan"] is None
+    assert cluster_info(config, "http://127.0.0.1:8000", None, "x")["plan"] is None
 
 
 def test_compare_ratios_and_direction() -> None:
@@ -284,6 +462,55 @@ def test_compare_ratios_and_direction() -> None:
     assert rows["output_throughput"]["ratio"] == pytest.approx(1.5) and rows["output_throughput"]["b_better"]
     assert rows["median_ttft_ms"]["ratio"] == pytest.approx(0.5) and rows["median_ttft_ms"]["b_better"]
     assert results.compare(doc(1, 1), {**doc(1, 1), "points": []}) == []
+
+
+GOOD_RESULT = {
+    "kind": "kit-bench",
+    "target": {"url": "http://x", "model": "m"},
+    "points": [{"rate": None, "concurrency": 1, "metrics": {"completed": 1, "output_throughput": 5.0}}],
+}
+
+
+@pytest.mark.parametrize(
+    ("doc", "problem"),
+    [
+        ({"kind": "kit-bench", "points": [{"rate": None, "concurrency": 1}]}, 'point 1 has no "metrics" object'),
+        ({"kind": "other", "points": []}, 'not a kit bench result (no "kind": "kit-bench")'),
+        ({"kind": "kit-bench", "points": {}}, '"points" is not a list'),
+        ({"kind": "kit-bench", "points": [1]}, "point 1 is not an object"),
+        ({"kind": "kit-bench", "target": "x", "points": []}, '"target" is not an object'),
+        ({"kind": "kit-bench", "points": [{"rate": "fast", "metrics": {}}]}, "point 1: rate 'fast' is not a number"),
+        ({"kind": "kit-bench", "points": [{"concurrency": 1.5, "metrics": {}}]}, "concurrency 1.5 is not an integer"),
+        (
+            {"kind": "kit-bench", "points": [{"metrics": {"median_ttft_ms": "1", "output_throughput": [1]}}]},
+            "point 1: metrics median_ttft_ms, output_throughput not a number",
+        ),
+        ({"kind": "kit-bench", "points": [{"metrics": {"errors": []}}]}, 'point 1: metrics "errors" is not an object'),
+        ("[" * 100_000, "is not JSON (nested too deeply)"),
+    ],
+)
+def test_bad_results_file_is_one_line_exit_3(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], doc: Any, problem: str
+) -> None:
+    """--compare and --plot --from check what they load: one line naming the file and the
+    problem, exit 3 (a bad input file, like a bad kit.yaml), never a KeyError traceback."""
+    from kit.cli import main
+
+    bad, good = tmp_path / "m1.json", tmp_path / "good.json"
+    bad.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    good.write_text(json.dumps(GOOD_RESULT))
+    for argv, flag in (
+        (["bench", "--compare", str(bad), str(good)], "--compare"),
+        (["bench", "--compare", str(good), str(bad)], "--compare"),
+        (["bench", "--plot", str(tmp_path / "p.png"), "--from", str(good), "--from", str(bad)], "--from"),
+    ):
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        err = capsys.readouterr().err
+        assert info.value.code == 3, err
+        assert err.count("\n") == 1 and err.startswith(f"kit: error: {flag}: {bad}")
+        assert problem in err and "Traceback" not in err
+    assert results.load(good) == GOOD_RESULT
 
 
 # ---------------------------------------------------------------- kit tune's pure pieces
@@ -360,6 +587,52 @@ def test_tune_ranking_and_state(tmp_path: Path) -> None:
     assert load_state(path, state_key({"load": 2}))["layouts"] == {}  # another load: start over
 
 
+def _entry(tput: float, e2e: float = 100.0, *, status: str = "done", nodes: int = 1, failed: int = 0) -> dict[str, Any]:
+    m = {"output_throughput": tput, "request_throughput": 1.0, "median_ttft_ms": 1.0, "median_tpot_ms": 1.0}
+    return {"status": status, "nodes": nodes, "point": {"metrics": {**m, "median_e2el_ms": e2e, "failed": failed}}}
+
+
+def test_tune_ranks_unmeasured_layouts_last_and_never_recommends_them() -> None:
+    """After a budget cut: a layout measured in part ranks above layouts with no data, whatever
+    its failed-request count, and only a clean finished layout is recommended."""
+    from kit.bench.tune import rank, recommendation
+
+    ranking = rank(
+        {
+            "tp1": {"status": "skipped", "nodes": 1, "error": "time budget used up"},
+            "tp2": _entry(80, failed=3, status="partial", nodes=2),
+            "tp1-dp2": {"status": "failed", "nodes": 2, "error": "did not start"},
+            "tp4": {"status": "interrupted", "nodes": 4, "error": "interrupted"},
+        }
+    )
+    assert ranking[0]["layout"] == "tp2"
+    assert {r["layout"] for r in ranking[1:]} == {"tp1", "tp1-dp2", "tp4"}
+    assert recommendation(ranking, 0.05) is None
+    clean = rank({"tp1": {"status": "skipped", "nodes": 1}, "tp2": _entry(50, nodes=2), "tp4": _entry(90, failed=1)})
+    assert [r["layout"] for r in clean] == ["tp2", "tp4", "tp1"]
+    assert recommendation(clean, 0.05)["layout"] == "tp2"  # type: ignore[index]
+
+
+def test_tune_tie_goes_to_fewer_nodes_then_gpus() -> None:
+    from kit.bench.tune import rank, recommendation, recommendation_line
+
+    # 2 GPUs per node: tp2 fits one node, tp1-dp4 needs two
+    ranking = rank({"tp1-dp4": _entry(115.5, nodes=2), "tp2": _entry(115.4, nodes=1), "tp1": _entry(60.0, nodes=1)})
+    assert [r["layout"] for r in ranking] == ["tp1-dp4", "tp2", "tp1"]
+    best = recommendation(ranking, 0.05)
+    assert best is not None and best["layout"] == "tp2" and best["over"] == "tp1-dp4"
+    line = recommendation_line(best, ranking, 0.05)
+    assert line.startswith("recommended: tp2 (115.4 output tokens/s; tp1-dp4 made 115.5, within the 5% tie")
+    assert "fewer nodes/GPUs: 1 node(s), 2 GPU(s) vs 2, 4" in line
+    no_tie = recommendation(ranking, 0.0)
+    assert no_tie is not None and no_tie["layout"] == "tp1-dp4" and no_tie["over"] is None
+    assert recommendation_line(no_tie, ranking, 0.0) == "recommended: tp1-dp4 (115.5 output tokens/s)"
+    # same nodes: fewer GPUs wins the tie; outside the tolerance the fastest stays
+    same_nodes = rank({"tp1-dp2": _entry(100.0, nodes=1), "tp1": _entry(97.0, nodes=1)})
+    assert recommendation(same_nodes, 0.05)["layout"] == "tp1"  # type: ignore[index]
+    assert recommendation(same_nodes, 0.02)["layout"] == "tp1-dp2"  # type: ignore[index]
+
+
 def test_budget_parsing() -> None:
     from kit.commands.tune import parse_budget
 
@@ -403,17 +676,22 @@ def test_sigterm_saves_the_partial_point(fake_server: str, tmp_path: Path) -> No
     assert m["completed"] >= 2 and m["completed"] + m["failed"] + m["not_sent"] == 500
 
 
-def test_plot_without_matplotlib_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_plot_without_matplotlib_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without matplotlib, --plot is one usage line (exit 2): before a run (nothing is sent to
+    the unreachable URL) and when plotting saved results."""
     import sys
 
-    from kit.cli import main
-
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
-    with pytest.raises(SystemExit) as info:
-        main(["bench", "--url", "http://127.0.0.1:9", "--plot", str(tmp_path / "x.png")])
-    assert info.value.code == 2
-    with pytest.raises(SystemExit):
-        main(["bench", "--plot", str(tmp_path / "x.png"), "--from", str(tmp_path / "none.json")])
+    needs = "kit: error: --plot needs matplotlib, which is not installed (fix: pip install 'kit[plot]'"
+    code, err = run_kit(["bench", "--url", "http://127.0.0.1:9", "--plot", str(tmp_path / "x.png")], capsys)
+    assert code == 2 and err.count("\n") == 1 and err.startswith(needs), err
+    saved = tmp_path / "saved.json"
+    saved.write_text(json.dumps(GOOD_RESULT))
+    code, err = run_kit(["bench", "--plot", str(tmp_path / "x.png"), "--from", str(saved)], capsys)
+    assert code == 2 and err.count("\n") == 1 and err.startswith(needs), err
+    assert not (tmp_path / "x.png").exists()
 
 
 def test_plot_from_saved_results(tmp_path: Path) -> None:
@@ -431,3 +709,188 @@ def test_plot_from_saved_results(tmp_path: Path) -> None:
     png = plot([doc("tp1", 1.0), doc("tp2", 2.0)], ["a", "b"], tmp_path / "p.png")
     image = mpimg.imread(str(png))
     assert image.shape[:2] == (380, 1200) and image.std() > 0.01
+
+
+# ---------------------------------------------------------------- kit tune's budget is one deadline
+
+
+def test_warm_up_and_measurement_end_at_the_deadline(fake_server: str) -> None:
+    """A server that stalls mid-stream (5 s between tokens): the warm-up request and the
+    measured ones are cut at the deadline, not at the 600 s request timeout or the next token."""
+    from kit.bench.measure import Load, run_load
+    from kit.bench.runner import BUDGET_STOP
+    from kit.output import LiveLine
+
+    FakeVLLM.token_delay = 5.0
+    target = Target(fake_server, "tiny", api_key="sk-test")
+    for warmup in (1, 0):
+        load = Load(prompts=dataset.fixed(2, 2, 4), points=[schedule.LoadPoint(float("inf"), 2)], warmup=warmup)
+        doc: dict[str, Any] = {"points": []}
+        start = time.monotonic()
+        stopped = run_load(target, load, doc, save_to=None, live=LiveLine(as_json=True), deadline=start + 1.0)
+        assert stopped == BUDGET_STOP
+        assert time.monotonic() - start < 1.6
+        if warmup:
+            assert doc["points"] == []  # cut during the warm-up: nothing measured
+        else:
+            (point,) = doc["points"]
+            assert point["stopped"] == BUDGET_STOP and point["metrics"]["failed"] == 2
+            assert {r["error"] for r in point["requests"]} == {"stopped"}
+
+
+class SlowNodes:
+    """A runtime whose nodes become ready `ready_s` after they start (each wait sleeps, at most
+    its timeout) and whose server never answers /health: a bring-up that eats the budget."""
+
+    name = "docker"
+
+    def __init__(self, ready_s: float) -> None:
+        self.ready_s = ready_s
+        self.specs: dict[str, Any] = {}
+        self.launched: set[str] = set()
+        self.waits: list[float] = []
+        self.removed: list[str] = []
+
+    def find_nodes(self, cluster: str) -> list[Any]:
+        from kit.runtime.base import NodeHandle
+
+        return [
+            NodeHandle(name, cluster, spec.role.kind, spec.role.rank, "running", ip="127.0.0.1")
+            for name, spec in self.specs.items()
+        ]
+
+    def state(self, name: str) -> str | None:
+        return "running" if name in self.specs else None
+
+    def ensure_network(self, name: str, subnet: str, cluster: str) -> None:
+        pass
+
+    def start(self, spec: Any) -> None:
+        self.specs[spec.name] = spec
+
+    def remove(self, name: str) -> bool:
+        return self.specs.pop(name, None) is not None
+
+    def wait_for_mark(self, name: str, marks: Any, *, timeout: float, on_progress: Any, what: str) -> str:
+        from kit.errors import StartError
+
+        self.waits.append(timeout)
+        time.sleep(min(timeout, self.ready_s))
+        if timeout < self.ready_s:
+            raise StartError(f"{name}: timed out after {timeout:.0f} s waiting for {what}")
+        return marks[0]
+
+    def exec(self, node: Any, argv: Any, **_: Any) -> Any:
+        from kit.runtime.base import ExecResult
+
+        return ExecResult(0 if node.name in self.launched else 1, "", "")
+
+    def exec_detached(self, node: Any, argv: Any) -> None:
+        self.launched.add(node.name)
+
+    def remove_cluster(self, cluster: str) -> dict[str, list[str]]:
+        self.removed.append(cluster)
+        self.specs.clear()
+        self.launched.clear()
+        return {}
+
+
+def test_serve_cluster_stops_waiting_for_health_at_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    import kit.client
+    from kit.commands.serve import serve_cluster
+    from kit.errors import StartError
+    from kit.plan.facts import HEAD
+    from tests.unit.test_plan import make_config
+
+    config = make_config(nodes=1)
+    assert config.timeouts.ready >= 60
+    runtime = SlowNodes(ready_s=0)
+    runtime.start(SimpleNamespace(name="kit-llama-head", role=HEAD))
+    monkeypatch.setattr(kit.client, "health", lambda url, timeout=3: False)  # never healthy
+    start = time.monotonic()
+    with pytest.raises(StartError, match=r"the time budget ran out \d+ s into waiting for http://127\.0\.0\.1:8000"):
+        serve_cluster(config, runtime, deadline=start + 1.0)
+    assert time.monotonic() - start < 2.0
+
+
+def test_tune_budget_bounds_the_whole_bring_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Worker wait, head wait and /health wait of a 2-node layout share the budget's end: each
+    node takes 1.5 s, the server never gets healthy, the budget is 3 s. Each wait used to get the
+    whole remainder (1.5 + 1.5 + ~2 s here; up to ~3x the budget on a real cluster)."""
+    import kit.client
+    import kit.commands.tune
+    from kit.cli import main
+
+    runtime = SlowNodes(ready_s=1.5)
+    two_nodes = {"KIT_NODES": "2", "KIT_GPUS_PER_NODE": "1", "KIT_NETWORK": "kt-net"}
+    tune_env(monkeypatch, tmp_path, runtime, KIT_NETWORK_SUBNET="10.251.7.0/24", **two_nodes)
+    monkeypatch.setattr(kit.client, "health", lambda url, timeout=3: False)
+    monkeypatch.setattr(kit.commands.tune, "MIN_LAYOUT_S", 0)
+    start = time.monotonic()
+    with pytest.raises(SystemExit) as info:
+        main(["tune", "--layouts", "tp1-dp2", "--budget", "3s", "-o", str(tmp_path / "t.json"), "--json"])
+    elapsed = time.monotonic() - start
+    assert info.value.code == 0, capsys.readouterr().err
+    assert elapsed < 3 + 1.3, (elapsed, runtime.waits)
+    assert runtime.waits[0] <= 3 and runtime.waits[1] <= 1.6  # the head's wait got what the worker left
+    doc = json.loads(capsys.readouterr().out)["result"]
+    assert doc["ranking"][0]["status"] == "skipped" and "time budget" in doc["ranking"][0]["error"]
+    assert runtime.removed == ["kt"] and not runtime.specs  # torn down
+
+
+def tune_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, runtime: Any, **more: str) -> None:
+    """kit tune in-process on a fake runtime: the cluster's KIT_* environment, no SIGTERM
+    handler left behind in pytest's process."""
+    import kit.bench.measure
+    import kit.runtime
+
+    monkeypatch.setattr(kit.runtime, "get_runtime", lambda config: runtime)
+    monkeypatch.setattr(kit.bench.measure, "interrupt_on_sigterm", lambda: None)
+    env = {
+        "KIT_STATE_DIR": str(tmp_path / "state"),
+        "KIT_CLUSTER": "kt",
+        "KIT_BACKEND": "mp",
+        "KIT_ACCELERATOR": "cpu",
+        "KIT_MODEL_ID": "kit/tiny-llama",
+        "KIT_HF_CACHE": str(tmp_path / "hf"),
+        **more,
+    }
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+
+
+def test_tune_interrupted_keeps_what_it_measured(
+    fake_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C during a layout's second load point: exit 130, the first point and the part of the
+    second that was measured stay in the state file (marked interrupted) and in the -o file."""
+    import kit.commands.tune
+    from kit.cli import main
+
+    runtime = SlowNodes(ready_s=0)
+    (tmp_path / "key").write_text("sk-test\n")
+    tune_env(
+        monkeypatch, tmp_path, runtime, KIT_NODES="1", KIT_GPUS_PER_NODE="1", KIT_API_KEY_FILE=str(tmp_path / "key")
+    )
+    monkeypatch.setattr(kit.commands.tune, "serve_layout", lambda *a: {"url": fake_server})
+    FakeVLLM.token_delay = 0.02
+    FakeVLLM.interrupt_at = 1 + 3 + 2  # warm-up, point 1 (3 requests), 2nd request of point 2
+    out = tmp_path / "t.json"
+    with pytest.raises(SystemExit) as info:
+        main(["tune", "--layouts", "tp1", "-n", "3", "-c", "1,2", "--output-len", "4", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert info.value.code == 130, err
+    assert f"results so far saved to {out}" in err
+    doc = json.loads(out.read_text())
+    assert doc["error"] == "interrupted" and not doc["complete"] and doc["recommendation"] is None
+    assert [p["concurrency"] for p in doc["points"]] == [1, 2]
+    assert doc["points"][0]["metrics"]["completed"] == 3
+    assert doc["points"][1]["stopped"] == "interrupted" and doc["points"][1]["metrics"]["num_requests"] >= 1
+    state = json.loads((tmp_path / "state" / "tune" / "kt.json").read_text())["layouts"]["tp1"]
+    assert state["status"] == "interrupted" and len(state["points"]) == 2
+    assert doc["ranking"][0]["layout"] == "tp1" and doc["ranking"][0]["output_throughput"] is not None
+    assert runtime.removed == ["kt"]
