@@ -450,6 +450,7 @@ def test_ep_flag_and_the_cpu_warning(capsys: pytest.CaptureFixture[str]) -> None
     assert "# parallel: TP=1 PP=1 DP=16 EP" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         main(["serve", "--dry-run", "--set", "accelerator=cpu", "--set", "nodes=2", "--set", "gpus_per_node=1",
-              "--set", "backend=mp", "--set", "model.tp=1", "--set", "model.dp=2", "--set", "model.ep=true"])  # fmt: skip
+              "--set", "backend=mp", "--set", "model.tp=1", "--set", "model.dp=2",
+              "--set", "model.ep=true"])  # fmt: skip
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "warning: model.ep on accelerator cpu" in err and "all_gatherv" in err
