@@ -229,10 +229,15 @@ def main() -> None:
             order = ("kit", "vllm") if r % 2 == 0 else ("vllm", "kit")
             for side in order:
                 print(f"round {r + 1}/{args.rounds}: {side}", file=sys.stderr)
-                if side == "kit":
-                    kit_runs.append(run_kit(args, key, data, Path(tmp) / f"kit{r}.json"))
-                else:
-                    vllm_runs.append(run_vllm(args, key, snapshot))
+                run = (
+                    run_kit(args, key, data, Path(tmp) / f"kit{r}.json")
+                    if side == "kit"
+                    else run_vllm(args, key, snapshot)
+                )
+                if int(run["completed"]) != args.n:  # a 401 or a dead server: nothing to compare
+                    errors = sorted({str(e) for e in run.get("errors", []) if e})[:3]
+                    sys.exit(f"{side}: {run['completed']} of {args.n} requests completed {errors} (--api-key-file?)")
+                (kit_runs if side == "kit" else vllm_runs).append(run)
     rows = []
     for m in METRICS:
         k = statistics.median(float(x[m]) for x in kit_runs)
