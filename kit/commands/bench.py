@@ -3,6 +3,8 @@ throughput the way `vllm bench serve` computes them; save, compare and plot resu
 
 from __future__ import annotations
 
+import contextlib
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +101,38 @@ def build_load(flags: dict[str, Any]) -> Load:
     )
 
 
+def served_layout(script: str) -> dict[str, Any]:
+    """The layout in a serve script's `vllm serve` line (pure): TP, PP, DP, EP, model and
+    context length, each only where the line says it (vLLM's defaults: 1, 1, 1, off)."""
+    line = next((ln for ln in script.splitlines() if " vllm serve " in f" {ln.strip()} "), None)
+    if line is None:
+        return {}
+    try:
+        argv = shlex.split(line)
+    except ValueError:
+        return {}
+    argv = argv[argv.index("vllm") + 1 :] if "vllm" in argv else argv
+    if len(argv) < 2 or argv[0] != "serve":
+        return {}
+
+    def value(flag: str) -> str | None:
+        return argv[argv.index(flag) + 1] if flag in argv[:-1] else None
+
+    def number(flag: str) -> int:
+        raw = value(flag)
+        return int(raw) if raw is not None and raw.isdigit() else 1
+
+    max_len = value("--max-model-len")
+    return {
+        "model": argv[1],
+        "tp": number("--tensor-parallel-size"),
+        "pp": number("--pipeline-parallel-size"),
+        "dp": number("--data-parallel-size"),
+        "ep": "--enable-expert-parallel" in argv,
+        "max_model_len": int(max_len) if max_len and max_len.isdigit() else None,
+    }
+
+
 def cluster_info(config: KitConfig, url: str, server_version: str | None, model: str) -> dict[str, Any]:
     """What was measured. A kit cluster serves `url` when this host runs its head at that
     address, or, with no node here, when it is the configured head_address: then its plan,
@@ -131,20 +165,30 @@ def cluster_info(config: KitConfig, url: str, server_version: str | None, model:
             "nodes": [],
         }
     head = next((n for n in running if n.role == "head"), None)
+    plan = {
+        "tp": config.tp,
+        "pp": config.pp,
+        "dp": config.dp,
+        "ep": config.model.ep,
+        "nodes": config.nodes,
+        "gpus_per_node": config.gpus_per_node,
+        "backend": head.labels.get("kit.backend", config.backend) if head else config.backend,
+        "accelerator": head.labels.get("kit.accelerator", config.accelerator) if head else config.accelerator,
+        "model": config.model.id,
+        "max_model_len": config.model.max_model_len,
+    }
+    if head is not None:
+        # What the head really runs (`kit serve` wrote it there), over what this kit.yaml says:
+        # a server started with other settings (`kit demo`, --set on serve) is measured as it is.
+        from kit.commands.serve import SERVE_SCRIPT
+
+        with contextlib.suppress(Exception):
+            served = get_runtime(config).exec(head, ["cat", SERVE_SCRIPT])
+            if served.returncode == 0:
+                plan.update(served_layout(served.stdout), nodes=len(running))
     return {
         "name": config.cluster,
-        "plan": {
-            "tp": config.tp,
-            "pp": config.pp,
-            "dp": config.dp,
-            "ep": config.model.ep,
-            "nodes": config.nodes,
-            "gpus_per_node": config.gpus_per_node,
-            "backend": config.backend,
-            "accelerator": config.accelerator,
-            "model": config.model.id,
-            "max_model_len": config.model.max_model_len,
-        },
+        "plan": plan,
         "url": url,
         "served_model": model,
         "image": (head.image if head else None) or config.image,

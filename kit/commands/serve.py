@@ -19,11 +19,12 @@ from kit.runtime.base import NodeHandle, Runtime
 
 SERVE_DIR = "/tmp/kit"
 PID_FILE = f"{SERVE_DIR}/serve.pid"
+SERVE_SCRIPT = f"{SERVE_DIR}/serve.sh"  # the script kit serve runs, kept for kit bench to read
 # Writes the rendered serve script into the container and starts it in the background, its
 # output in SERVE_LOG. The script arrives as $1: nothing is interpolated into this command.
 LAUNCH = (
-    f'mkdir -p {SERVE_DIR} && printf "%s" "$1" > {SERVE_DIR}/serve.sh && '
-    f"(nohup bash {SERVE_DIR}/serve.sh > {SERVE_LOG} 2>&1 & echo $! > {PID_FILE})"
+    f'mkdir -p {SERVE_DIR} && printf "%s" "$1" > {SERVE_SCRIPT} && '
+    f"(nohup bash {SERVE_SCRIPT} > {SERVE_LOG} 2>&1 & echo $! > {PID_FILE})"
 )
 ALIVE = f'test -s {PID_FILE} && kill -0 "$(cat {PID_FILE})" 2>/dev/null'
 STOP = f'if test -s {PID_FILE}; then kill "$(cat {PID_FILE})" 2>/dev/null; sleep 2; rm -f {PID_FILE}; fi'

@@ -57,6 +57,7 @@ def node_labels(config: KitConfig, role: Role, net: NodeNet) -> dict[str, str]:
         "kit.rank": str(role.rank),
         "kit.node-ip": net.ip,
         "kit.backend": config.backend,
+        "kit.accelerator": config.accelerator,
         "kit.image": config.image,
         "kit.version": __version__,
     }

@@ -448,6 +448,45 @@ def test_cluster_info_has_the_plan_only_for_a_kit_cluster_at_that_url(monkeypatc
     assert cluster_info(config, "http://127.0.0.1:8000", None, "x")["plan"] is None
 
 
+def test_cluster_info_reads_the_layout_the_head_really_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server started with other settings than this kit.yaml (kit demo, --set on serve) is saved
+    as it runs: the head's serve script and labels win over the config."""
+    import kit.runtime
+    from kit.commands.bench import cluster_info, served_layout
+    from kit.commands.serve import SERVE_SCRIPT
+    from kit.plan.facts import HEAD
+    from kit.plan.scripts import serve_script
+    from kit.runtime.base import ExecResult, NodeHandle
+    from tests.unit.test_plan import make_config
+
+    config = make_config(**{"model.tp": 8, "model.pp": 2})  # what kit.yaml says: 2 x 8, ray, gpu
+    served = make_config(**{"backend": "mp", "nodes": 2, "gpus_per_node": 1, "model.tp": 2, "model.pp": 1,
+                            "model.id": "kit/tiny-llama", "model.max_model_len": 2048})  # fmt: skip
+    script = serve_script(served, HEAD)  # type: ignore[arg-type]
+    labels = {"kit.backend": "mp", "kit.accelerator": "cpu"}
+    nodes = [
+        NodeHandle("kit-llama-head", "llama", "head", 0, "running", ip="10.0.0.5", labels=labels),
+        NodeHandle("kit-llama-worker-1", "llama", "worker", 1, "running", ip="10.0.0.6", labels=labels),
+    ]
+
+    class Nodes:
+        def find_nodes(self, cluster: str) -> list[NodeHandle]:
+            return nodes
+
+        def exec(self, node: NodeHandle, argv: list[str]) -> ExecResult:
+            assert node.role == "head" and argv == ["cat", SERVE_SCRIPT]
+            return ExecResult(0, script, "")
+
+    monkeypatch.setattr(kit.runtime, "get_runtime", lambda config: Nodes())
+    plan = cluster_info(config, "http://10.0.0.5:8000", "0.32.0", "tiny")["plan"]
+    assert plan == {"tp": 2, "pp": 1, "dp": 1, "ep": False, "nodes": 2, "gpus_per_node": 8, "backend": "mp",
+                    "accelerator": "cpu", "model": "kit/tiny-llama", "max_model_len": 2048}  # fmt: skip
+    dp = make_config(**{"backend": "mp", "model.tp": 1, "model.pp": 1, "model.dp": 16, "model.ep": True})
+    layout = served_layout(serve_script(dp, HEAD))  # type: ignore[arg-type]
+    assert (layout["tp"], layout["dp"], layout["ep"]) == (1, 16, True)
+    assert served_layout("#!/bin/bash\necho no server here\n") == {}
+
+
 def test_compare_ratios_and_direction() -> None:
     def doc(tput: float, ttft: float) -> dict[str, Any]:
         return {
