@@ -75,6 +75,21 @@ def test_published_set_covers_every_family() -> None:
         str(q.get("quant_method")) for q in blocks
     }
     assert {"FP8", "NVFP4"} <= {q["quantization"]["quant_algo"] for q in blocks if "quantization" in q}  # ModelOpt
+    # compressed-tensors beyond int4/fp8 per-tensor: int8 W8A8, fp8 per-channel (FP8_DYNAMIC), NVFP4.
+    ct = [
+        archs[n].weight_format
+        for n, q in zip(PUBLISHED, blocks, strict=True)
+        if q.get("quant_method") == "compressed-tensors"
+    ]
+    assert any(f.method == "int-pack" and f.bits == 8 and f.group_size <= 0 for f in ct)
+    assert any(f.method == "fp8" and f.per_channel_scale for f in ct)
+    assert any(f.method == "nvfp4" for f in ct)
+    # bitsandbytes 4-bit both ways: NF4 with double quant and FP4 without it.
+    bnb4 = [q for q in blocks if q.get("quant_method") == "bitsandbytes" and q.get("load_in_4bit")]
+    assert {(q.get("bnb_4bit_quant_type"), bool(q.get("bnb_4bit_use_double_quant"))) for q in bnb4} >= {
+        ("nf4", True),
+        ("fp4", False),
+    }
     assert any(a.mla for a in archs.values())  # DeepSeek-V3
     assert any(a.moe and a.moe.shared_intermediate_size for a in archs.values())
     assert any(a.moe and not a.moe.shared_intermediate_size for a in archs.values())  # Mixtral
