@@ -216,7 +216,7 @@ class KitConfig:
         stays inside one node: the same whether DP is still auto or already resolved)."""
         if self.model.pp != "auto":
             return int(self.model.pp)
-        return 1 if self.model.dp == "auto" or self._fixed_dp > 1 else self.nodes
+        return 1 if self.replicated else self.nodes
 
     @property
     def dp(self) -> int:
@@ -229,6 +229,11 @@ class KitConfig:
     def dp_local(self) -> int:
         """DP ranks on each node (vLLM's --data-parallel-size-local); topology checks make it exact."""
         return max(1, self.dp // self.nodes)
+
+    @property
+    def replicated(self) -> bool:
+        """Data parallel (DP auto or > 1): every replica stays inside one node."""
+        return self.model.dp == "auto" or self._fixed_dp > 1
 
     @property
     def _fixed_dp(self) -> int:

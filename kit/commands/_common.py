@@ -102,10 +102,20 @@ def auto_parallel(resolved: Resolved) -> Resolved:
         arch = sizing.parse_architecture(sizing.load_model_config(str(found)), source=str(found / "config.json"))
     except ConfigError:
         return resolved  # not a config kit plan understands: the head-count check still applies
+    tp, pp = _replica_layout(cfg, arch) if cfg.replicated else _cluster_layout(cfg, arch)
+    model = dataclasses.replace(cfg.model, tp=tp, pp=pp)
+    sources = {**resolved.sources, "model.tp": "auto (kit plan)", "model.pp": "auto (kit plan)"}
+    values = {**resolved.values, "model.tp": tp, "model.pp": pp}
+    return Resolved(config=cfg.replace(model=model), values=values, sources=sources, path=resolved.path)
+
+
+def _cluster_layout(cfg: KitConfig, arch: Architecture) -> tuple[int, int]:
+    """TP and PP of the one replica that spans the cluster, keeping whichever the user fixed
+    (with model.gpu_memory, kit plan's recommendation still refuses a cluster too small)."""
+    from kit import sizing
+
     total = cfg.nodes * cfg.gpus_per_node
-    if cfg.model.dp == "auto" or int(cfg.model.dp) > 1:
-        tp, pp = _replica_layout(cfg, arch)
-    elif cfg.model.gpu_memory:
+    if cfg.model.gpu_memory:
         rec = sizing.recommend(
             arch,
             gpu_memory_bytes=sizing.gpu_memory_bytes(cfg.model.gpu_memory, key="model.gpu_memory"),
@@ -117,17 +127,11 @@ def auto_parallel(resolved: Resolved) -> Resolved:
     else:
         tp = sizing.best_tp(arch, cfg.gpus_per_node)
         pp = total // tp
-    if cfg.model.dp == "auto" or int(cfg.model.dp) > 1:
-        pass  # _replica_layout kept whatever the user fixed
-    elif cfg.model.tp != "auto":  # only pp is auto: keep the user's TP
-        tp, pp = int(cfg.model.tp), total // int(cfg.model.tp)
-    elif cfg.model.pp != "auto":  # only tp is auto: keep the user's PP
-        pp = int(cfg.model.pp)
-        tp = total // pp
-    model = dataclasses.replace(cfg.model, tp=tp, pp=pp)
-    sources = {**resolved.sources, "model.tp": "auto (kit plan)", "model.pp": "auto (kit plan)"}
-    values = {**resolved.values, "model.tp": tp, "model.pp": pp}
-    return Resolved(config=cfg.replace(model=model), values=values, sources=sources, path=resolved.path)
+    if cfg.model.tp != "auto":  # only pp is auto: keep the user's TP
+        return int(cfg.model.tp), total // int(cfg.model.tp)
+    if cfg.model.pp != "auto":  # only tp is auto: keep the user's PP
+        return total // int(cfg.model.pp), int(cfg.model.pp)
+    return tp, pp
 
 
 def _replica_layout(cfg: KitConfig, arch: Architecture) -> tuple[int, int]:
