@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -19,6 +19,9 @@ from kit.commands._common import config_options, json_option, resolve_cluster
 from kit.config import KitConfig
 from kit.errors import ConfigError, UsageError
 from kit.output import emit, progress
+
+if TYPE_CHECKING:
+    from kit.runtime.base import Runtime
 
 
 def load_options(func: Any) -> Any:
@@ -143,10 +146,12 @@ def cluster_info(config: KitConfig, url: str, server_version: str | None, model:
     from kit.commands.serve import server_url
 
     versions = {"vllm": server_version, "kit": __version__}
+    runtime: Runtime | None = None
     try:
         from kit.runtime import get_runtime
 
-        running = [n for n in get_runtime(config).find_nodes(config.cluster) if n.state == "running"]
+        runtime = get_runtime(config)
+        running = [n for n in runtime.find_nodes(config.cluster) if n.state == "running"]
     except Exception:  # no engine here (a laptop against --url): only head_address can say
         running = []
     if running:
@@ -177,13 +182,13 @@ def cluster_info(config: KitConfig, url: str, server_version: str | None, model:
         "model": config.model.id,
         "max_model_len": config.model.max_model_len,
     }
-    if head is not None:
+    if head is not None and runtime is not None:
         # What the head really runs (`kit serve` wrote it there), over what this kit.yaml says:
         # a server started with other settings (`kit demo`, --set on serve) is measured as it is.
         from kit.commands.serve import SERVE_SCRIPT
 
         with contextlib.suppress(Exception):
-            served = get_runtime(config).exec(head, ["cat", SERVE_SCRIPT])
+            served = runtime.exec(head, ["cat", SERVE_SCRIPT])
             if served.returncode == 0:
                 plan.update(served_layout(served.stdout), nodes=len(running))
     return {
