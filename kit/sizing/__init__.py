@@ -23,6 +23,7 @@ Modules, in dependency order (each imports only those above it):
 
     gpus          byte sizes, known GPUs' memory, per-GPU budget defaults
     quantization  weight formats (quantization_config) and the --quantization override
+    limits        range checks on config.json numbers, before anything is sized
     architecture  config.json -> Architecture (text_config, MoE, MLA, linear attention, vision)
     weights       checkpoint bytes, tensor by tensor
     kv            KV-cache bytes per token and per sequence
@@ -61,6 +62,7 @@ from kit.sizing.gpus import (
 from kit.sizing.hub import find_model_dir, load_checkpoint_size, load_model_config
 from kit.sizing.kv import KVEstimate, LayerKV, kv_bytes_per_token
 from kit.sizing.layouts import Layout, layout_candidates, pick_layout
+from kit.sizing.limits import MAX_LAYERS, MAX_POSITIONS
 from kit.sizing.quantization import WeightFormat, parse_weight_format, with_quantization
 from kit.sizing.recommend import Recommendation, recommend
 from kit.sizing.split import best_tp, valid_tp
@@ -73,6 +75,8 @@ __all__ = [
     "FULL",
     "KNOWN_GPUS",
     "LINEAR",
+    "MAX_LAYERS",
+    "MAX_POSITIONS",
     "MLA",
     "SLIDING",
     "Architecture",

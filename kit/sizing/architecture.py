@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kit.errors import ConfigError
+from kit.sizing.limits import TEXT_LIMITS, check_quant_config, check_text_config, checked_int
 from kit.sizing.quantization import WeightFormat, parse_dtype, parse_weight_format
 
 # model_type defaults that config.json leaves out (they come from the transformers class).
@@ -37,6 +38,13 @@ _LINEAR_ATTENTION_TYPES = (
 # (transformers models/gpt_oss: `mlp.router.bias`, `experts.*_bias`, `self_attn.sinks`).
 _MOE_LINEAR_BIASES = ("gpt_oss",)
 _ATTENTION_SINKS = ("gpt_oss",)
+
+# Llama 4 (transformers models/llama4): every MoE layer holds a shared expert beside the routed
+# ones (`feed_forward.shared_expert`, an MLP of width intermediate_size, no gate), which
+# config.json never mentions; dense layers are MLPs of intermediate_size_mlp. Its chunked-
+# attention layers are sized as full attention: vLLM turns the hybrid KV-cache manager off for
+# chunked local attention by default (a latency regression), so every layer gets full-length KV.
+_SHARED_EXPERT_BY_DEFAULT = ("llama4", "llama4_text")
 
 # Layer kinds in `Architecture.layer_kinds`.
 FULL = "full_attention"
@@ -155,15 +163,16 @@ def _get(cfg: Mapping[str, Any], *keys: str, default: Any = None) -> Any:
 
 
 def _req_int(cfg: Mapping[str, Any], *keys: str, source: str) -> int:
-    value = _get(cfg, *keys)
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+    key = next((k for k in keys if cfg.get(k) is not None), None)
+    if key is None:
         raise ConfigError(
             f"needs a positive integer {keys[0]}",
             key=keys[0],
             source=source,
             hint="point kit plan at the model's own config.json (a decoder LLM)",
         )
-    return value
+    low, high = TEXT_LIMITS[key]
+    return checked_int(cfg[key], key, max(low, 1), high, source=source)
 
 
 def _layer_kinds(cfg: Mapping[str, Any], model_type: str, n: int, source: str) -> tuple[str, ...]:
@@ -205,18 +214,31 @@ def _layer_kinds(cfg: Mapping[str, Any], model_type: str, n: int, source: str) -
 
 
 def _moe(cfg: Mapping[str, Any], n_layers: int, intermediate: int) -> MoE | None:
-    experts = _get(cfg, "num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts")
-    if not isinstance(experts, int) or experts <= 1:
+    experts = int(_get(cfg, "num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts") or 0)
+    if experts <= 1:
         return None
+    model_type = str(cfg.get("model_type"))
     expert_inter = int(_get(cfg, "moe_intermediate_size", "expert_intermediate_size") or intermediate)
     shared = int(cfg.get("shared_expert_intermediate_size") or 0)
     shared_gate = shared > 0
     if not shared and cfg.get("n_shared_experts"):
         shared = int(cfg["n_shared_experts"]) * expert_inter
+    if not shared and model_type in _SHARED_EXPERT_BY_DEFAULT:
+        shared = expert_inter
     first_dense = int(cfg.get("first_k_dense_replace") or 0)
-    step = int(cfg.get("decoder_sparse_step") or cfg.get("moe_layer_freq") or 1)
+    # Every step-th layer is MoE: Qwen decoder_sparse_step, DeepSeek moe_layer_freq, Llama 4
+    # interleave_moe_layer_step (Maverick: 2, MoE and dense layers alternate; transformers:
+    # moe_layers = range(step - 1, layers, step)). An explicit moe_layers list wins.
+    step = int(cfg.get("decoder_sparse_step") or cfg.get("moe_layer_freq") or cfg.get("interleave_moe_layer_step") or 1)
     mlp_only = {int(i) for i in cfg.get("mlp_only_layers") or []}
-    layers = tuple(i for i in range(n_layers) if i >= first_dense and i not in mlp_only and (i + 1) % max(step, 1) == 0)
+    explicit = cfg.get("moe_layers")
+    if isinstance(explicit, list):
+        wanted = {int(i) for i in explicit}
+        layers = tuple(i for i in range(n_layers) if i in wanted)
+    else:
+        layers = tuple(
+            i for i in range(n_layers) if i >= first_dense and i not in mlp_only and (i + 1) % max(step, 1) == 0
+        )
     return MoE(
         num_experts=experts,
         experts_per_token=int(_get(cfg, "num_experts_per_tok", "moe_topk", default=2)),
@@ -233,11 +255,12 @@ def _vision(config: Mapping[str, Any], text_hidden: int) -> Vision | None:
     vc = config.get("vision_config")
     if not isinstance(vc, Mapping):
         return None
-    depth = _get(vc, "num_hidden_layers", "depth", "num_layers")
-    hidden = _get(vc, "hidden_size", "embed_dim", "width")
+    # vt_*: Kimi-K2.5's MoonViT (its patch embedding and projector use the defaults below).
+    depth = _get(vc, "num_hidden_layers", "depth", "num_layers", "vt_num_hidden_layers")
+    hidden = _get(vc, "hidden_size", "embed_dim", "width", "vt_hidden_size")
     if not isinstance(depth, int) or not isinstance(hidden, int):
         return None
-    inter = int(_get(vc, "intermediate_size", "mlp_dim", default=4 * hidden))
+    inter = int(_get(vc, "intermediate_size", "mlp_dim", "vt_intermediate_size", default=4 * hidden))
     patch = int(_get(vc, "patch_size", default=14))
     channels = int(_get(vc, "num_channels", "in_channels", "in_chans", default=3))
     temporal = int(vc.get("temporal_patch_size") or 1)
@@ -247,7 +270,17 @@ def _vision(config: Mapping[str, Any], text_hidden: int) -> Vision | None:
     patch_params = channels * temporal * patch * patch * hidden + hidden + positions * hidden
     merge = int(vc.get("spatial_merge_size") or 1)
     out = int(vc.get("out_hidden_size") or text_hidden)
-    if merge > 1:  # Qwen-VL patch merger: (h·m²) -> (h·m²) -> out
+    if vc.get("projector_input_dim"):
+        # Llama 4: a class token (+ its position) and pre/post LayerNorms beside the patch
+        # embedding; the pixel-shuffle adapter (fc1 intermediate -> projector_input_dim, fc2
+        # projector_output_dim square, no biases) and multi_modal_projector.linear_1
+        # (vision_output_dim -> text hidden, no bias).
+        patch_params += hidden + 4 * hidden  # (the base "+ hidden" is the class embedding here)
+        p_in = int(vc["projector_input_dim"])
+        p_out = int(vc.get("projector_output_dim") or p_in)
+        v_out = int(vc.get("vision_output_dim") or p_out)
+        projector = inter * p_in + p_out * p_out + v_out * text_hidden
+    elif merge > 1:  # Qwen-VL patch merger: (h·m²) -> (h·m²) -> out
         merged = hidden * merge * merge
         projector = merged * merged + merged + merged * out + out + hidden
     else:  # Gemma3 / LLaVA style: one linear projection (+ norm)
@@ -270,9 +303,27 @@ def parse_architecture(
 ) -> Architecture:
     """Turn a config.json dict (+ optional separate quant config) into an `Architecture`.
 
-    `dtype` overrides the checkpoint dtype of unquantized tensors (`--dtype`).
+    `dtype` overrides the checkpoint dtype of unquantized tensors (`--dtype`). Every number is
+    range-checked first (kit.sizing.limits); a value of a type the parser does not expect is
+    refused as well, with the file named, never a traceback.
     """
+    try:
+        return _parse(config, quant_config, dtype=dtype, source=source)
+    except (TypeError, ValueError, ArithmeticError, AttributeError, LookupError) as err:
+        # Last line of defence behind the checks in limits.py: a shape of config.json no check
+        # foresaw is still one line naming the file (issue 16), not a traceback.
+        raise ConfigError(
+            f"cannot read the model's configuration ({type(err).__name__}: {err})",
+            source=source,
+            hint="point kit plan at the model's own, unmodified config.json",
+        ) from None
+
+
+def _parse(
+    config: Mapping[str, Any], quant_config: Mapping[str, Any] | None, *, dtype: str | None, source: str
+) -> Architecture:
     cfg = _text_config(config)
+    check_text_config(cfg, source=source)
     model_type = str(cfg.get("model_type") or config.get("model_type") or "unknown")
     hidden = _req_int(cfg, "hidden_size", "n_embd", "d_model", source=source)
     n_layers = _req_int(cfg, "num_hidden_layers", "n_layer", "num_layers", source=source)
@@ -285,9 +336,13 @@ def parse_architecture(
     intermediate = int(_get(cfg, "intermediate_size", "ffn_hidden_size", "n_inner", default=0))
     if not intermediate:
         intermediate = 4 * hidden
+    dense_intermediate = int(cfg.get("intermediate_size_mlp") or intermediate)  # Llama 4 dense layers
     raw_dtype = dtype or _get(cfg, "torch_dtype", "dtype") or _get(config, "torch_dtype", "dtype")
     dtype_name = parse_dtype(raw_dtype or "bfloat16", source=source)
+    # Multimodal checkpoints may keep quantization_config next to the language model in
+    # text_config (vLLM PR 10120: InternVL2's llm_config, Kimi-K2.5's text_config); cfg has it then.
     quant = quant_config or config.get("quantization_config") or cfg.get("quantization_config")
+    check_quant_config(quant, source=source)
     fmt = parse_weight_format(quant, dtype_name, source=source)
 
     mla = None
@@ -324,8 +379,8 @@ def parse_architecture(
         num_attention_heads=heads,
         num_kv_heads=kv_heads,
         head_dim=head_dim,
-        intermediate_size=intermediate,
-        max_position_embeddings=_get(cfg, "max_position_embeddings", "n_positions", "seq_length"),
+        intermediate_size=dense_intermediate,
+        max_position_embeddings=_positions(cfg),
         layer_kinds=kinds,
         sliding_window=int(cfg["sliding_window"]) if cfg.get("sliding_window") else None,
         attention_bias=bool(_get(cfg, "attention_bias", default=model_type in QKV_BIAS_BY_DEFAULT)),
@@ -340,6 +395,11 @@ def parse_architecture(
         mtp_layers=int(_get(cfg, "num_nextn_predict_layers", "mtp_num_hidden_layers", default=0)),
         attention_sinks=model_type in _ATTENTION_SINKS,
     )
+
+
+def _positions(cfg: Mapping[str, Any]) -> int | None:
+    value = _get(cfg, "max_position_embeddings", "n_positions", "seq_length")
+    return None if value is None else int(value)
 
 
 def summarize_layers(kinds: Sequence[str]) -> str:

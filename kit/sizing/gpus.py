@@ -48,6 +48,7 @@ _GPU_ALIASES: dict[str, str] = {
 }
 
 
+MAX_SIZE = 1 << 60  # 1 EiB: no GPU or overhead comes near; keeps every size a plain finite number
 _SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\s*([A-Za-z]*)\s*$")
 _SIZE_UNITS: dict[str, int] = {
     "": 1,
@@ -73,7 +74,10 @@ def parse_size(text: str, *, key: str = "size") -> int:
             key=key,
             hint="write a number with an optional unit: 40GiB, 80GB, 141e9 (bytes)",
         )
-    value = int(float(match.group(1)) * _SIZE_UNITS[unit])
+    number = float(match.group(1)) * _SIZE_UNITS[unit]
+    if not number < MAX_SIZE:  # also inf: `--overhead 1e999` (issue 16)
+        raise ConfigError(f"{text!r} is larger than 1 EiB", key=key, hint="e.g. 40GiB")
+    value = int(number)
     if value <= 0:
         raise ConfigError(f"{text!r} is not a positive size", key=key, hint="e.g. 40GiB")
     return value

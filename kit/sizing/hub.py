@@ -1,16 +1,27 @@
 """Hub I/O, the only part of kit.sizing that touches the filesystem or the network: find a model's
 directory (a path or an HF-cache snapshot), read its config.json and checkpoint index, and fetch
 config.json from the Hugging Face Hub when asked (`kit plan --fetch`).
+
+Every file is read through kit.safeload (regular files only, a size cap, UTF-8, a nesting limit):
+a FIFO or /dev/zero given as a model, a 100,000-deep config.json or one that is not UTF-8 is one
+line naming the file (issue 16). The Hub token comes from the file `hf_token_file` names, never
+from HF_TOKEN or any other environment variable (kit keeps secrets in files).
 """
 
 from __future__ import annotations
 
-import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
+from kit import safeload
 from kit.errors import ConfigError
+
+MAX_JSON_BYTES = 64 * 1024 * 1024  # model.safetensors.index.json of a 1T model is ~10 MB
+MAX_TOKEN_BYTES = 4096  # an HF token is ~40 characters
+_REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+_COMMIT = re.compile(r"[0-9a-fA-F]{7,64}")
 
 
 def _hf_cache_dirs(hf_cache: str | None) -> list[Path]:
@@ -25,51 +36,93 @@ def _hf_cache_dirs(hf_cache: str | None) -> list[Path]:
     return dirs
 
 
+def _is_file(path: Path) -> bool:
+    """Path.is_file() that says False for names the OS refuses (too long) instead of raising."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:
+        return False
+
+
 def find_model_dir(model: str, hf_cache: str | None = None) -> Path | None:
     """A local directory with config.json, or the newest HF-cache snapshot of `org/name`."""
     path = Path(model).expanduser()
-    if (path / "config.json").is_file():
+    if _is_file(path / "config.json"):
         return path
-    if "/" not in model or path.exists():
+    if "/" not in model or _exists(path):
         return None
     repo_dir = "models--" + model.strip("/").replace("/", "--")
     for cache in _hf_cache_dirs(hf_cache):
         root = cache / repo_dir
         snapshots = root / "snapshots"
-        if not snapshots.is_dir():
-            continue
-        ref = root / "refs" / "main"
-        if ref.is_file():
-            pinned = snapshots / ref.read_text().strip()
-            if (pinned / "config.json").is_file():
-                return pinned
-        candidates = [d for d in snapshots.iterdir() if (d / "config.json").is_file()]
-        if candidates:
-            return max(candidates, key=lambda d: (d / "config.json").stat().st_mtime)
+        try:
+            if not snapshots.is_dir():
+                continue
+            ref = _pinned_commit(root / "refs" / "main")
+            if ref is not None and _is_file(snapshots / ref / "config.json"):
+                return snapshots / ref
+            candidates = [d for d in snapshots.iterdir() if _is_file(d / "config.json")]
+            if candidates:
+                return max(candidates, key=lambda d: (d / "config.json").stat().st_mtime)
+        except OSError:
+            continue  # an unreadable cache entry is not this model's
     return None
+
+
+def _pinned_commit(ref: Path) -> str | None:
+    """The commit refs/main names, if it is a readable regular file holding a commit hash."""
+    if not _is_file(ref):
+        return None
+    try:
+        text = safeload.read_text(ref, max_bytes=256, what="refs/main").strip()
+    except ConfigError:
+        return None
+    return text if _COMMIT.fullmatch(text) else None
 
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as err:
-        raise ConfigError(f"cannot read JSON: {err}", source=str(path), hint="check the file is complete JSON") from err
+        data = safeload.loads_json(safeload.read_text(path, max_bytes=MAX_JSON_BYTES), source=str(path))
+    except ConfigError as err:
+        # One line naming the file: not a regular file, too large, not UTF-8, too deep, not JSON.
+        prefix = f"{err.source}: " if err.source else ""
+        reason = err.message[len(prefix) :] if prefix and err.message.startswith(prefix) else err.message
+        raise ConfigError(f"cannot read JSON: {reason}", source=err.source or str(path), hint=err.hint) from None
     if not isinstance(data, dict):
         raise ConfigError("is not a JSON object", source=str(path), hint="use the model's config")
     return data
 
 
-def load_model_config(model: str, hf_cache: str | None = None, *, fetch: bool = False) -> dict[str, Any]:
+def load_model_config(
+    model: str, hf_cache: str | None = None, *, fetch: bool = False, token_file: str | None = None
+) -> dict[str, Any]:
     """config.json of a local directory or HF-cache entry (`org/name`).
 
     A ModelOpt `hf_quant_config.json` or an old-style GPTQ `quantize_config.json` beside it is
     folded in as `quantization_config`. With `fetch=True` (and only then) a missing config is
-    downloaded from the Hugging Face Hub.
+    downloaded from the Hugging Face Hub, with the token in `token_file` when one is given.
     """
     directory = find_model_dir(model, hf_cache)
+    path = Path(model).expanduser()
+    if directory is None and _exists(path / "config.json"):
+        _read_json(path / "config.json")  # there but not a regular file: say so
+    if directory is None and _exists(path) and not _is_dir(path):
+        raise ConfigError(
+            "is not a directory",
+            key="model",
+            source=model,
+            hint="pass the model's directory (the one holding config.json) or its Hub id org/name",
+        )
     if directory is None:
-        if fetch and "/" in model and not Path(model).expanduser().exists():
-            return _fetch_config(model)
+        if fetch and "/" in model and not _exists(path):
+            return _fetch_config(model, read_token(token_file) if token_file else None)
         where = ", ".join(str(d) for d in _hf_cache_dirs(hf_cache))
         raise ConfigError(
             f"no config.json for {model!r} (looked in the directory and in {where})",
@@ -82,7 +135,7 @@ def load_model_config(model: str, hf_cache: str | None = None, *, fetch: bool = 
     config = _read_json(directory / "config.json")
     if "quantization_config" not in config:
         for extra in ("hf_quant_config.json", "quantize_config.json", "quant_config.json"):
-            if (directory / extra).is_file():
+            if _is_file(directory / extra):
                 quant = _read_json(directory / extra)
                 if "quant_method" not in quant and "quantization" not in quant:
                     quant = {**quant, "quant_method": "gptq"}
@@ -91,45 +144,98 @@ def load_model_config(model: str, hf_cache: str | None = None, *, fetch: bool = 
     return config
 
 
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
 def load_checkpoint_size(model: str, hf_cache: str | None = None) -> int | None:
     """`metadata.total_size` of model.safetensors.index.json, when the model has one locally."""
     directory = find_model_dir(model, hf_cache)
     if directory is None:
         return None
     index = directory / "model.safetensors.index.json"
-    if index.is_file():
-        size = _read_json(index).get("metadata", {}).get("total_size")
-        return int(size) if isinstance(size, (int, float)) else None
+    if _exists(index):
+        metadata = _read_json(index).get("metadata")
+        size = metadata.get("total_size") if isinstance(metadata, dict) else None
+        ok = isinstance(size, int) and not isinstance(size, bool) and 0 < size < 1 << 60
+        return size if ok else None
     single = directory / "model.safetensors"
-    return single.stat().st_size if single.is_file() else None
+    return single.stat().st_size if _is_file(single) else None
 
 
-def _fetch_config(model: str) -> dict[str, Any]:
+def read_token(token_file: str) -> str:
+    """The Hugging Face token in `token_file` (hf_token_file): one word, never echoed back."""
+    text = safeload.read_text(Path(token_file).expanduser(), max_bytes=MAX_TOKEN_BYTES, what="hf_token_file")
+    token = text.strip()
+    if not token or any(ch.isspace() or not ch.isprintable() for ch in token):
+        raise ConfigError(
+            "does not hold one token" if token else "is empty",
+            key="hf_token_file",
+            source=token_file,
+            hint="put only the Hugging Face token (hf_...) in the file, on one line",
+        )
+    return token
+
+
+def _fetch_config(model: str, token: str | None) -> dict[str, Any]:
+    """config.json (and a ModelOpt hf_quant_config.json) of `org/name` from the Hub, read bounded."""
+    if not _REPO_ID.fullmatch(model) or ".." in model:
+        raise ConfigError(
+            f"{model!r} is not a Hub model id", key="model", hint="use org/name, e.g. meta-llama/Llama-3.1-8B"
+        )
     import requests  # only when the user asked to go online
 
-    headers = {}
-    token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
     config: dict[str, Any] | None = None
     for name in ("config.json", "hf_quant_config.json"):
         url = f"{endpoint}/{model}/resolve/main/{name}"
         try:
-            resp = requests.get(url, headers=headers, timeout=30)
+            with requests.get(url, headers=headers, timeout=30, stream=True) as resp:
+                status = resp.status_code
+                body = resp.raw.read(MAX_JSON_BYTES + 1, decode_content=True) if status == 200 else b""
         except requests.RequestException as err:
             raise ConfigError(
-                f"cannot fetch {url}: {err}", key="model", hint="check the network or HF_ENDPOINT"
-            ) from err
-        if name == "config.json":
-            if resp.status_code != 200:
-                raise ConfigError(
-                    f"{url} answered {resp.status_code}",
-                    key="model",
-                    hint="check the model name; gated models need HF_TOKEN",
-                )
-            config = resp.json()
-        elif resp.status_code == 200 and config is not None:
-            config.setdefault("quantization_config", resp.json())
+                f"cannot fetch {url}: {type(err).__name__}", key="model", hint="check the network or HF_ENDPOINT"
+            ) from None
+        if name == "config.json" and status != 200:
+            raise _refused(model, url, status, token is not None)
+        if status != 200:
+            continue
+        if len(body) > MAX_JSON_BYTES:
+            raise ConfigError(f"{url} is larger than {MAX_JSON_BYTES} bytes", key="model", hint="check the model")
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ConfigError("is not UTF-8 text", source=url, hint="check the model") from None
+        data = safeload.loads_json(text, source=url)
+        if not isinstance(data, dict):
+            raise ConfigError("is not a JSON object", source=url, hint="check the model")
+        if config is None:
+            config = data
+        else:
+            config.setdefault("quantization_config", data)
     assert config is not None
     return config
+
+
+def _refused(model: str, url: str, status: int, with_token: bool) -> ConfigError:
+    if status in (401, 403) and not with_token:
+        return ConfigError(
+            f"{model} is gated or private: the Hub answered {status} to a request without a token",
+            key="hf_token_file",
+            hint="put your Hugging Face token in a file (mode 600) and set hf_token_file in kit.yaml "
+            "(or KIT_HF_TOKEN_FILE=PATH); kit never reads HF_TOKEN from the environment",
+        )
+    if status in (401, 403):
+        return ConfigError(
+            f"the Hub refused the token in hf_token_file for {model} ({status})",
+            key="hf_token_file",
+            hint=f"check the token and that your account has access to {model} (accept its licence on the Hub)",
+        )
+    if status == 404:
+        return ConfigError(f"{url} answered 404", key="model", hint="check the model name (org/name)")
+    return ConfigError(f"{url} answered {status}", key="model", hint="try again later, or check HF_ENDPOINT")

@@ -133,7 +133,7 @@ def _modelopt(inner: Mapping[str, Any], dtype: str, source: str) -> WeightFormat
     if algo == "FP8":  # weight fp8 + weight_scale and input_scale (fp32 scalars) per linear
         return WeightFormat(method="fp8", dtype=dtype, bits=8, skip=skip, scale_bytes=4)
     if algo in ("NVFP4", "W4A16_NVFP4"):
-        group = int(inner.get("group_size") or 16)
+        group = max(int(inner.get("group_size") or 16), 1)
         return WeightFormat(method="nvfp4", dtype=dtype, bits=4, group_size=group, scale_bytes=1, skip=skip)
     if algo == "MIXED_PRECISION":
         raise _refuse("modelopt_mixed", source)
@@ -161,7 +161,7 @@ def _quark(quant: Mapping[str, Any], dtype: str, skip: tuple[str, ...], source: 
             method="fp8", dtype=dtype, bits=8, scale_bytes=4, per_channel_scale=scheme == "per_channel", skip=skip
         )
     if kind in ("fp4", "mxfp4") and scheme == "per_group":  # OCP MX: U8 E8M0 scale per 32
-        group = int(weight.get("group_size") or 32)
+        group = max(int(weight.get("group_size") or 32), 1)
         return WeightFormat(method="mxfp4", dtype=dtype, bits=4, group_size=group, scale_bytes=1, skip=skip)
     if kind in ("int4", "uint4") and scheme == "per_group":
         return WeightFormat(
@@ -292,7 +292,7 @@ def _compressed_tensors(quant: Mapping[str, Any], dtype: str, skip: tuple[str, .
             skip=skip,
         )
     if kind == "float" and bits == 4:
-        group = int(weights.get("group_size") or 16)
+        group = max(int(weights.get("group_size") or 16), 1)
         if group == 16 or "nvfp4" in fmt_name:  # weight_packed + fp8 scale per 16 + global scales
             return WeightFormat(method="nvfp4", dtype=dtype, bits=4, group_size=group, scale_bytes=1, skip=skip)
         return WeightFormat(method="mxfp4", dtype=dtype, bits=4, group_size=group, scale_bytes=1, skip=skip)
