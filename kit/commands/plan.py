@@ -33,9 +33,10 @@ is kept out of the KV-cache room; change it with --overhead.
 config.json numbers are range-checked first (e.g. at most 1,024 layers).
 
 \b
-Exit codes: 0 planned; 2 a malformed flag or argument; 3 the model or a value
-cannot be sized (unreadable or out-of-range config.json, a gated model without
-hf_token_file, a model that does not fit).
+Exit codes: 0 planned; 2 a number flag out of range, or text (MODEL, a flag)
+too long or holding control characters; 3 a value kit cannot use (unknown GPU,
+unreadable size, utilisation outside (0, 1]), an unreadable or out-of-range
+config.json, a gated model without hf_token_file, a model that does not fit.
 """
 
 # Flags and the argument are text a person typed: refused (exit 2) past these lengths or with
@@ -283,12 +284,7 @@ def to_result(
 @click.argument("model")
 @click.option("--gpu", "gpu", metavar="NAME", help="Known GPU: " + ", ".join(sizing.KNOWN_GPUS) + ".")
 @click.option("--gpu-memory", metavar="SIZE", help="Memory per GPU instead of --gpu: 40GiB, 80GB, 141e9.")
-@click.option(
-    "--gpus-per-node",
-    type=int,
-    default=None,
-    help="GPUs per node (default 8 with a GPU given).",
-)
+@click.option("--gpus-per-node", type=int, default=None, help="GPUs per node (default 8 with a GPU given).")
 @click.option(
     "--gpu-memory-utilization",
     type=float,
@@ -362,26 +358,27 @@ def command(
     """
     if gpu and gpu_memory:
         raise UsageError("give --gpu or --gpu-memory, not both", hint="e.g. --gpu A100-40GB")
-    _check_text("MODEL", model, MAX_PATH_CHARS)
-    _check_text("--hf-cache", hf_cache, MAX_PATH_CHARS)
-    for flag, value in (
-        ("--gpu", gpu),
-        ("--gpu-memory", gpu_memory),
-        ("--dtype", dtype),
-        ("--quantization", quantization),
-        ("--kv-cache-dtype", kv_cache_dtype),
-        ("--overhead", overhead),
-    ):
-        _check_text(flag, value, MAX_FLAG_CHARS)
-    for flag, number, high in (
-        ("--gpus-per-node", gpus_per_node, MAX_GPUS_PER_NODE),
-        ("--nodes", nodes, MAX_NODES),
-        ("--max-model-len", max_model_len, sizing.MAX_POSITIONS),
-        ("--max-num-seqs", max_num_seqs, MAX_NUM_SEQS),
-    ):
-        if number is not None and not 1 <= number <= high:
-            raise UsageError(f"{flag} {number} is outside 1..{high:,}", hint=f"pass {flag} from 1 to {high:,}")
-    # Every flag value is checked before the model is read (and before --fetch goes online).
+    # Every flag is checked before the model is read (and before --fetch goes online).
+    _check_texts({"MODEL": model, "--hf-cache": hf_cache}, MAX_PATH_CHARS)
+    _check_texts(
+        {
+            "--gpu": gpu,
+            "--gpu-memory": gpu_memory,
+            "--dtype": dtype,
+            "--quantization": quantization,
+            "--kv-cache-dtype": kv_cache_dtype,
+            "--overhead": overhead,
+        },
+        MAX_FLAG_CHARS,
+    )
+    _check_counts(
+        {
+            "--gpus-per-node": (gpus_per_node, MAX_GPUS_PER_NODE),
+            "--nodes": (nodes, MAX_NODES),
+            "--max-model-len": (max_model_len, sizing.MAX_POSITIONS),
+            "--max-num-seqs": (max_num_seqs, MAX_NUM_SEQS),
+        }
+    )
     if not (math.isfinite(gpu_memory_utilization) and 0 < gpu_memory_utilization <= 1):
         raise ConfigError(
             f"{gpu_memory_utilization} is outside (0, 1]",
@@ -441,16 +438,29 @@ def command(
     )
 
 
-def _check_text(flag: str, value: str | None, limit: int) -> None:
-    """One printable line of at most `limit` characters (a path, a GPU name, a dtype)."""
-    if value is None:
-        return
-    if not value or len(value) > limit or not value.isprintable():
-        what = "is empty" if not value else f"is longer than {limit} characters" if len(value) > limit else ""
-        raise UsageError(
-            f"{flag} {what or 'holds control characters'}",
-            hint=f"pass {flag} as one line of at most {limit} printable characters",
-        )
+def _check_texts(values: dict[str, str | None], limit: int) -> None:
+    """Each given value is one printable line of at most `limit` characters (a path, a GPU name)."""
+    for flag, value in values.items():
+        if value is None:
+            continue
+        problem = ""
+        if not value:
+            problem = "is empty"
+        elif len(value) > limit:
+            problem = f"is longer than {limit} characters"
+        elif not value.isprintable():
+            problem = "holds control characters"
+        if problem:
+            raise UsageError(
+                f"{flag} {problem}", hint=f"pass {flag} as one line of at most {limit} printable characters"
+            )
+
+
+def _check_counts(values: dict[str, tuple[int | None, int]]) -> None:
+    """Each given count is in 1..its bound."""
+    for flag, (number, high) in values.items():
+        if number is not None and not 1 <= number <= high:
+            raise UsageError(f"{flag} {number} is outside 1..{high:,}", hint=f"pass {flag} from 1 to {high:,}")
 
 
 def _hf_token_file(config_path: str | None, set_values: tuple[str, ...]) -> str | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,17 +37,11 @@ def _hf_cache_dirs(hf_cache: str | None) -> list[Path]:
     return dirs
 
 
-def _is_file(path: Path) -> bool:
-    """Path.is_file() that says False for names the OS refuses (too long) instead of raising."""
+def _holds(check: Callable[[], bool]) -> bool:
+    """A Path test (is_file, exists, is_dir) that says False where the OS refuses the name (too
+    long, a component that is not a directory) instead of raising OSError."""
     try:
-        return path.is_file()
-    except OSError:
-        return False
-
-
-def _exists(path: Path) -> bool:
-    try:
-        return path.exists()
+        return check()
     except OSError:
         return False
 
@@ -54,9 +49,9 @@ def _exists(path: Path) -> bool:
 def find_model_dir(model: str, hf_cache: str | None = None) -> Path | None:
     """A local directory with config.json, or the newest HF-cache snapshot of `org/name`."""
     path = Path(model).expanduser()
-    if _is_file(path / "config.json"):
+    if _holds((path / "config.json").is_file):
         return path
-    if "/" not in model or _exists(path):
+    if "/" not in model or _holds(path.exists):
         return None
     repo_dir = "models--" + model.strip("/").replace("/", "--")
     for cache in _hf_cache_dirs(hf_cache):
@@ -66,9 +61,9 @@ def find_model_dir(model: str, hf_cache: str | None = None) -> Path | None:
             if not snapshots.is_dir():
                 continue
             ref = _pinned_commit(root / "refs" / "main")
-            if ref is not None and _is_file(snapshots / ref / "config.json"):
+            if ref is not None and _holds((snapshots / ref / "config.json").is_file):
                 return snapshots / ref
-            candidates = [d for d in snapshots.iterdir() if _is_file(d / "config.json")]
+            candidates = [d for d in snapshots.iterdir() if _holds((d / "config.json").is_file)]
             if candidates:
                 return max(candidates, key=lambda d: (d / "config.json").stat().st_mtime)
         except OSError:
@@ -78,7 +73,7 @@ def find_model_dir(model: str, hf_cache: str | None = None) -> Path | None:
 
 def _pinned_commit(ref: Path) -> str | None:
     """The commit refs/main names, if it is a readable regular file holding a commit hash."""
-    if not _is_file(ref):
+    if not _holds(ref.is_file):
         return None
     try:
         text = safeload.read_text(ref, max_bytes=256, what="refs/main").strip()
@@ -111,9 +106,9 @@ def load_model_config(
     """
     directory = find_model_dir(model, hf_cache)
     path = Path(model).expanduser()
-    if directory is None and _exists(path / "config.json"):
+    if directory is None and _holds((path / "config.json").exists):
         _read_json(path / "config.json")  # there but not a regular file: say so
-    if directory is None and _exists(path) and not _is_dir(path):
+    if directory is None and _holds(path.exists) and not _holds(path.is_dir):
         raise ConfigError(
             "is not a directory",
             key="model",
@@ -121,7 +116,7 @@ def load_model_config(
             hint="pass the model's directory (the one holding config.json) or its Hub id org/name",
         )
     if directory is None:
-        if fetch and "/" in model and not _exists(path):
+        if fetch and "/" in model and not _holds(path.exists):
             return _fetch_config(model, read_token(token_file) if token_file else None)
         where = ", ".join(str(d) for d in _hf_cache_dirs(hf_cache))
         raise ConfigError(
@@ -135,7 +130,7 @@ def load_model_config(
     config = _read_json(directory / "config.json")
     if "quantization_config" not in config:
         for extra in ("hf_quant_config.json", "quantize_config.json", "quant_config.json"):
-            if _is_file(directory / extra):
+            if _holds((directory / extra).is_file):
                 quant = _read_json(directory / extra)
                 if "quant_method" not in quant and "quantization" not in quant:
                     quant = {**quant, "quant_method": "gptq"}
@@ -144,26 +139,19 @@ def load_model_config(
     return config
 
 
-def _is_dir(path: Path) -> bool:
-    try:
-        return path.is_dir()
-    except OSError:
-        return False
-
-
 def load_checkpoint_size(model: str, hf_cache: str | None = None) -> int | None:
     """`metadata.total_size` of model.safetensors.index.json, when the model has one locally."""
     directory = find_model_dir(model, hf_cache)
     if directory is None:
         return None
     index = directory / "model.safetensors.index.json"
-    if _exists(index):
+    if _holds(index.exists):
         metadata = _read_json(index).get("metadata")
         size = metadata.get("total_size") if isinstance(metadata, dict) else None
         ok = isinstance(size, int) and not isinstance(size, bool) and 0 < size < 1 << 60
         return size if ok else None
     single = directory / "model.safetensors"
-    return single.stat().st_size if _is_file(single) else None
+    return single.stat().st_size if _holds(single.is_file) else None
 
 
 def read_token(token_file: str) -> str:

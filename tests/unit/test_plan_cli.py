@@ -169,22 +169,13 @@ def test_gpu_and_gpu_memory_together_is_usage(capsys: pytest.CaptureFixture[str]
 
 # --------------------------------------------------------------------------- hostile input (issue 16)
 
-TINY = {
-    "model_type": "llama",
-    "hidden_size": 64,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 8,
-    "num_key_value_heads": 2,
-    "intermediate_size": 128,
-    "vocab_size": 1000,
-    "max_position_embeddings": 4096,
-    "torch_dtype": "bfloat16",
-}
+# A real config (Qwen2.5-7B) that each hostile case breaks in one place.
+BASE = json.loads((MODELS / "qwen2.5-7b" / "config.json").read_text())
 
 
 def _with(key: str, raw: str) -> str:
-    """TINY as JSON text with `key` set to the literal JSON `raw` (1e26, NaN, 1e400 stay as written)."""
-    return json.dumps({**TINY, key: "@@"}).replace('"@@"', raw)
+    """BASE as JSON text with `key` set to the literal JSON `raw` (1e26, NaN, 1e400 stay as written)."""
+    return json.dumps({**BASE, key: "@@"}).replace('"@@"', raw)
 
 
 # name -> (config.json content, fragment the one error line must hold)
@@ -205,8 +196,8 @@ HOSTILE_CONFIGS: dict[str, tuple[str | bytes, str]] = {
     "NaN": (_with("hidden_size", "NaN"), "NaN is not a JSON number"),
     "Infinity": (_with("intermediate_size", "-Infinity"), "-Infinity is not a JSON number"),
     "100,000-deep nesting": ('{"a":' * 100_000 + "1" + "}" * 100_000, "nested deeper than"),
-    "not UTF-8": (json.dumps(TINY).encode()[:-1] + b', "x": "\xff\xfe"}', "is not UTF-8"),
-    "truncated": (json.dumps(TINY)[:40], "not valid JSON"),
+    "not UTF-8": (json.dumps(BASE).encode()[:-1] + b', "x": "\xff\xfe"}', "is not UTF-8"),
+    "truncated": (json.dumps(BASE)[:40], "not valid JSON"),
     "not an object": ("[1, 2, 3]", "is not a JSON object"),
     "quantization_config a number": (_with("quantization_config", "5"), "quantization_config: 5 is not an object"),
     "block size zero": (
@@ -309,7 +300,7 @@ def test_deepest_allowed_model_that_fits_nowhere_is_refused_in_bounded_time(
     """1,024 layers (the bound) of a 70B-wide layer on 3 GiB GPUs: every node count up to one
     stage per layer is tried and the refusal names the last (recommend's search is quadratic
     in layers; the bound keeps it to seconds, the deadline of _plan_subprocess catches a regress)."""
-    config = {**TINY, "hidden_size": 8192, "num_hidden_layers": 1024, "intermediate_size": 65536}
+    config = {**BASE, "hidden_size": 8192, "num_hidden_layers": 1024, "intermediate_size": 65536}
     (tmp_path / "config.json").write_text(json.dumps(config))
     result = _plan_subprocess(str(tmp_path), "--gpu-memory", "3GiB", "--gpus-per-node", "1")
     assert result.returncode == ExitCode.CONFIG
@@ -454,7 +445,7 @@ def test_unusable_token_file_is_refused_before_any_request(
         (b'{"a":' * 100_000 + b"1" + b"}" * 100_000, "nested deeper than"),
         (b"\xff\xfe{}", "is not UTF-8"),
         (b"[1]", "is not a JSON object"),
-        (json.dumps({**TINY, "num_hidden_layers": 10**12}).encode(), "num_hidden_layers: 1000000000000 is outside"),
+        (json.dumps({**BASE, "num_hidden_layers": 10**12}).encode(), "num_hidden_layers: 1000000000000 is outside"),
     ],
 )
 def test_fetched_config_is_read_as_carefully_as_a_local_one(
