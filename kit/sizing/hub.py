@@ -10,6 +10,7 @@ from HF_TOKEN or any other environment variable (kit keeps secrets in files).
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable
@@ -148,6 +149,8 @@ def load_checkpoint_size(model: str, hf_cache: str | None = None) -> int | None:
     if _holds(index.exists):
         metadata = _read_json(index).get("metadata")
         size = metadata.get("total_size") if isinstance(metadata, dict) else None
+        if isinstance(size, float) and math.isfinite(size):
+            size = int(size)
         ok = isinstance(size, int) and not isinstance(size, bool) and 0 < size < 1 << 60
         return size if ok else None
     single = directory / "model.safetensors"

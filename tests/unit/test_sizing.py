@@ -917,3 +917,12 @@ def test_refused_methods_name_the_format(method: str) -> None:
     with pytest.raises(ConfigError, match=f"unsupported quant_method '{method}'") as err:
         sizing.parse_architecture(tiny(quantization_config={"quant_method": method}))
     assert "\n" not in err.value.message and err.value.hint
+
+
+@pytest.mark.parametrize(
+    "index", ['{"metadata": 5}', '{"metadata": {"total_size": "x"}}', '{"metadata": {"total_size": -5}}']
+)
+def test_odd_checkpoint_index_gives_no_size(tmp_path: Path, index: str) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(tiny()))
+    (tmp_path / "model.safetensors.index.json").write_text(index)
+    assert sizing.load_checkpoint_size(str(tmp_path)) is None
