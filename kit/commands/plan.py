@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict
 from typing import Any
 
 import click
 
 from kit import sizing
-from kit.errors import UsageError
+from kit.commands._common import overrides_from
+from kit.config import load_config
+from kit.errors import ConfigError, UsageError
 from kit.output import emit, table
 
 EXAMPLES = """\b
@@ -21,11 +24,30 @@ Examples:
 \b
 MODEL is a directory holding config.json, or org/name found in the Hugging Face
 cache (--hf-cache, else $HF_HUB_CACHE, $HF_HOME/hub, ~/.cache/huggingface/hub);
---fetch downloads config.json from the Hub when it is not there.
+--fetch downloads config.json from the Hub when it is not there, sending the
+token in the file hf_token_file names (kit.yaml, KIT_HF_TOKEN_FILE or
+--set hf_token_file=PATH); kit never reads HF_TOKEN from the environment.
 Without --gpu/--gpu-memory kit prints the estimates only.
 Overhead: a fixed 2 GiB per GPU (activation peak, CUDA graphs, CUDA/NCCL context)
 is kept out of the KV-cache room; change it with --overhead.
+config.json numbers are range-checked first (e.g. at most 1,024 layers).
+
+\b
+Exit codes: 0 planned; 2 a number flag out of range, or text (MODEL, a flag)
+too long or holding control characters; 3 a value kit cannot use (unknown GPU,
+unreadable size, utilisation outside (0, 1]), an unreadable or out-of-range
+config.json, a gated model without hf_token_file, a model that does not fit.
 """
+
+# Flags and the argument are text a person typed: refused (exit 2) past these lengths or with
+# control characters, before anything is read (issue 16: a 100 kB name, a newline).
+MAX_PATH_CHARS = 4096
+MAX_FLAG_CHARS = 256
+# Numeric flags: far above any cluster, low enough that the layout search stays fast (the TP
+# candidates are the divisors of --gpus-per-node, tried one by one).
+MAX_GPUS_PER_NODE = 1024
+MAX_NODES = 100_000
+MAX_NUM_SEQS = 1_000_000
 
 
 def _architecture_lines(arch: sizing.Architecture) -> list[str]:
@@ -285,7 +307,22 @@ def to_result(
 )
 @click.option("--nodes", type=int, default=None, help="Plan for exactly this many nodes.")
 @click.option("--hf-cache", metavar="DIR", help="Hugging Face hub cache to look in.")
-@click.option("--fetch", is_flag=True, help="Download config.json from the Hub if it is not local.")
+@click.option(
+    "--fetch", is_flag=True, help="Download config.json from the Hub if it is not local (token: hf_token_file)."
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    help="Config file with hf_token_file, read only with --fetch (default: $KIT_CONFIG, else ./kit.yaml).",
+)
+@click.option(
+    "--set",
+    "set_values",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Set a config key for --fetch, e.g. hf_token_file=~/.config/kit/hf_token; repeatable.",
+)
 @click.option("--dtype", default=None, help="Dtype of unquantized weights (bfloat16, float16, float32).")
 @click.option("--quantization", default=None, help="vLLM --quantization (fp8 sizes online FP8).")
 @click.option("--kv-cache-dtype", default="auto", show_default=True, help="auto, fp8, bfloat16, …")
@@ -302,6 +339,8 @@ def command(
     nodes: int | None,
     hf_cache: str | None,
     fetch: bool,
+    config_path: str | None,
+    set_values: tuple[str, ...],
     dtype: str | None,
     quantization: str | None,
     kv_cache_dtype: str,
@@ -319,7 +358,42 @@ def command(
     """
     if gpu and gpu_memory:
         raise UsageError("give --gpu or --gpu-memory, not both", hint="e.g. --gpu A100-40GB")
-    config = sizing.load_model_config(model, hf_cache, fetch=fetch)
+    # Every flag is checked before the model is read (and before --fetch goes online).
+    _check_texts({"MODEL": model, "--hf-cache": hf_cache}, MAX_PATH_CHARS)
+    _check_texts(
+        {
+            "--gpu": gpu,
+            "--gpu-memory": gpu_memory,
+            "--dtype": dtype,
+            "--quantization": quantization,
+            "--kv-cache-dtype": kv_cache_dtype,
+            "--overhead": overhead,
+        },
+        MAX_FLAG_CHARS,
+    )
+    _check_counts(
+        {
+            "--gpus-per-node": (gpus_per_node, MAX_GPUS_PER_NODE),
+            "--nodes": (nodes, MAX_NODES),
+            "--max-model-len": (max_model_len, sizing.MAX_POSITIONS),
+            "--max-num-seqs": (max_num_seqs, MAX_NUM_SEQS),
+        }
+    )
+    if not (math.isfinite(gpu_memory_utilization) and 0 < gpu_memory_utilization <= 1):
+        raise ConfigError(
+            f"{gpu_memory_utilization} is outside (0, 1]",
+            key="gpu_memory_utilization",
+            source="flag --gpu-memory-utilization",
+            hint="use a fraction such as 0.9",
+        )
+    overhead_bytes = sizing.parse_size(overhead, key="overhead")
+    memory = None
+    if gpu or gpu_memory:
+        memory = (
+            sizing.gpu_memory_bytes(gpu, key="gpu") if gpu else sizing.parse_size(str(gpu_memory), key="gpu_memory")
+        )
+    token_file = _hf_token_file(config_path, set_values) if fetch else None
+    config = sizing.load_model_config(model, hf_cache, fetch=fetch, token_file=token_file)
     arch = sizing.parse_architecture(config, dtype=dtype, source=f"{model}/config.json")
     arch = sizing.with_quantization(arch, quantization)
     weights = sizing.estimate_weights(arch)
@@ -327,10 +401,7 @@ def command(
     seq_len = max_model_len or int(arch.max_position_embeddings or 4096)
     rec: sizing.Recommendation | None = None
     label = None
-    if gpu or gpu_memory:
-        memory = (
-            sizing.gpu_memory_bytes(gpu, key="gpu") if gpu else sizing.parse_size(str(gpu_memory), key="gpu_memory")
-        )
+    if memory is not None:
         label = gpu or f"{gpu_memory} GPU"
         rec = sizing.recommend(
             arch,
@@ -341,7 +412,7 @@ def command(
             max_num_seqs=max_num_seqs,
             nodes=nodes,
             kv_cache_dtype=kv_cache_dtype,
-            overhead_bytes=sizing.parse_size(overhead, key="overhead"),
+            overhead_bytes=overhead_bytes,
         )
     layouts: tuple[sizing.Layout, ...] = ()
     chosen: tuple[sizing.Layout | None, str] = (None, "")
@@ -365,3 +436,34 @@ def command(
         as_json=as_json,
         text=lambda: render(model, arch, weights, kv, seq_len, max_num_seqs, rec, label, index_size, layouts, chosen),
     )
+
+
+def _check_texts(values: dict[str, str | None], limit: int) -> None:
+    """Each given value is one printable line of at most `limit` characters (a path, a GPU name)."""
+    for flag, value in values.items():
+        if value is None:
+            continue
+        problem = ""
+        if not value:
+            problem = "is empty"
+        elif len(value) > limit:
+            problem = f"is longer than {limit} characters"
+        elif not value.isprintable():
+            problem = "holds control characters"
+        if problem:
+            raise UsageError(
+                f"{flag} {problem}", hint=f"pass {flag} as one line of at most {limit} printable characters"
+            )
+
+
+def _check_counts(values: dict[str, tuple[int | None, int]]) -> None:
+    """Each given count is in 1..its bound."""
+    for flag, (number, high) in values.items():
+        if number is not None and not 1 <= number <= high:
+            raise UsageError(f"{flag} {number} is outside 1..{high:,}", hint=f"pass {flag} from 1 to {high:,}")
+
+
+def _hf_token_file(config_path: str | None, set_values: tuple[str, ...]) -> str | None:
+    """hf_token_file from the resolved configuration (kit.yaml < KIT_* < --set), for --fetch."""
+    resolved = load_config(config_path, overrides=overrides_from({}, {}, set_values))
+    return resolved.config.hf_token_file

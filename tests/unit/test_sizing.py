@@ -614,6 +614,146 @@ def test_refuses_too_few_nodes_and_too_big_models() -> None:
         sizing.recommend(arch, gpu_memory_bytes=4 * sizing.GiB, gpus_per_node=1)
 
 
+# ------------------------------------------------- Llama 4, quantization_config in text_config (issue 19)
+
+
+def test_llama4_scout_has_a_shared_expert_beside_the_routed_ones_in_every_layer() -> None:
+    arch = sizing.parse_architecture(load("llama-4-scout-17b-16e")[0])
+    assert arch.model_type == "llama4_text" and arch.vision is not None  # read from text_config
+    assert arch.moe is not None and arch.moe.num_experts == 16 and arch.moe.experts_per_token == 1
+    assert arch.moe.moe_layers == tuple(range(48))
+    assert arch.moe.shared_intermediate_size == 8192 and not arch.moe.shared_expert_gate
+    c = categories(sizing.estimate_weights(arch))
+    assert c["shared experts"].params == 48 * 3 * 5120 * 8192
+    assert c["MoE experts"].params == 48 * 16 * 3 * 5120 * 8192
+    assert "dense MLP" not in c
+
+
+def test_llama4_maverick_alternates_dense_and_moe_layers() -> None:
+    arch = sizing.parse_architecture(load("llama-4-maverick-17b-128e")[0])
+    assert arch.moe is not None and arch.moe.moe_layers == tuple(range(1, 48, 2))  # interleave_moe_layer_step 2
+    assert arch.intermediate_size == 16384  # dense layers: intermediate_size_mlp
+    assert arch.moe.expert_intermediate_size == arch.moe.shared_intermediate_size == 8192
+    c = categories(sizing.estimate_weights(arch))
+    assert c["dense MLP"].params == 24 * 3 * 5120 * 16384
+    assert c["shared experts"].params == 24 * 3 * 5120 * 8192
+    assert c["router"].params == 24 * 5120 * 128
+
+
+def test_llama4_vision_tower_counts_the_pixel_shuffle_adapter_and_projector() -> None:
+    arch = sizing.parse_architecture(load("llama-4-scout-17b-16e")[0])
+    c = categories(sizing.estimate_weights(arch))
+    layers = 34 * (4 * 1408 * 1408 + 2 * 1408 * 5632 + 4 * 1408 + 5632 + 1408 + 4 * 1408)
+    patch = 3 * 14 * 14 * 1408 + 1408 + 577 * 1408 + 4 * 1408  # + class token, its position, 2 LayerNorms
+    adapter = 5632 * 4096 + 4096 * 4096 + 4096 * 5120  # fc1, fc2, multi_modal_projector.linear_1
+    assert c["vision tower"].params == layers + patch + adapter
+
+
+def test_quantization_config_nested_in_text_config_is_read() -> None:
+    config, _ = load("kimi-k2.5")
+    assert "quantization_config" not in config and "quantization_config" in config["text_config"]
+    arch = sizing.parse_architecture(config)
+    fmt = arch.weight_format
+    assert (fmt.method, fmt.bits, fmt.group_size, fmt.zero_point) == ("int-pack", 4, 32, False)
+    assert arch.mla is not None and arch.moe is not None and arch.moe.shared_intermediate_size == 2048
+    c = categories(sizing.estimate_weights(arch))
+    # The ignore list keeps attention, the shared expert and the dense layer in bf16.
+    for name in ("attention", "shared experts", "dense MLP", "lm_head"):
+        assert c[name].bytes == 2 * c[name].params, name
+    assert c["MoE experts"].bytes < 0.6 * c["MoE experts"].params  # int4 + a bf16 scale per 32
+
+
+def test_explicit_moe_layers_list_wins_over_the_step() -> None:
+    arch = sizing.parse_architecture(tiny(model_type="llama4_text", num_local_experts=4, moe_layers=[1, 3]))
+    assert arch.moe is not None and arch.moe.moe_layers == (1, 3)
+    assert arch.moe.shared_intermediate_size == 128  # llama4: shared expert of intermediate_size
+    mixtral = sizing.parse_architecture(tiny(model_type="mixtral", num_local_experts=4, moe_layers=[1, 3]))
+    assert mixtral.moe is not None and mixtral.moe.shared_intermediate_size == 0
+
+
+# --------------------------------------------------------------------------- config.json numbers (issue 16)
+
+OUT_OF_RANGE = {
+    "num_hidden_layers": [10**12, 1e26, 0, -4, 4.5, "4", True, [4]],
+    "hidden_size": [-64, 0, 10**30, 2**20 + 1],
+    "num_attention_heads": [0, -8],
+    "num_key_value_heads": [0, "eight", 10**9],
+    "head_dim": [0],
+    "vocab_size": [10**8],
+    "intermediate_size": [-1, 10**12],
+    "num_local_experts": [10**9],
+    "max_position_embeddings": [0, 10**15],
+    "sliding_window": [-1],
+    "moe_layers": [[10**6], "all"],
+    "layer_types": ["full_attention"],
+}
+
+
+@pytest.mark.parametrize(
+    ("key", "value"), [(k, v) for k, values in OUT_OF_RANGE.items() for v in values], ids=lambda v: repr(v)[:20]
+)
+def test_config_numbers_are_range_checked_naming_the_key(key: str, value: Any) -> None:
+    with pytest.raises(ConfigError) as err:
+        sizing.parse_architecture(tiny(**{key: value}), source="m/config.json")
+    assert err.value.message.startswith(f"m/config.json: {key}:") and "\n" not in err.value.message
+    assert err.value.hint
+
+
+def test_every_bounded_key_is_checked() -> None:
+    from kit.sizing import limits
+
+    for key, (low, high) in limits.TEXT_LIMITS.items():
+        for bad in (low - 1, high + 1, float("inf"), "x"):
+            with pytest.raises(ConfigError, match=key):
+                sizing.parse_architecture(tiny(**{key: bad}))
+        if key not in ("hidden_size", "num_hidden_layers", "vocab_size", "num_attention_heads"):
+            sizing.parse_architecture(tiny(**{key: None}))  # null is "not set"
+    assert limits.MAX_LAYERS == 1024
+
+
+@pytest.mark.parametrize(
+    ("quant", "key"),
+    [
+        (5, "quantization_config"),
+        ({"quant_method": "fp8", "weight_block_size": [0, 128]}, "weight_block_size"),
+        ({"quant_method": "fp8", "weight_block_size": 128}, "weight_block_size"),
+        ({"quant_method": "gptq", "bits": 10**6}, "bits"),
+        ({"quant_method": "awq", "group_size": -5}, "group_size"),
+        ({"quant_method": "awq", "modules_to_not_convert": 5}, "modules_to_not_convert"),
+        ({"quant_method": "compressed-tensors", "config_groups": []}, "config_groups"),
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "config_groups": {"g": {"weights": {"num_bits": 4, "group_size": 1e9}}},
+            },
+            "config_groups.g.weights.group_size",
+        ),
+        ({"quantization": {"quant_algo": "NVFP4", "group_size": 10**9}}, "quantization.group_size"),
+    ],
+)
+def test_quantization_numbers_are_range_checked(quant: Any, key: str) -> None:
+    with pytest.raises(ConfigError, match=key):
+        sizing.parse_architecture(tiny(quantization_config=quant))
+
+
+def test_vision_numbers_are_range_checked() -> None:
+    vision = {"num_hidden_layers": 2, "hidden_size": 32, "patch_size": 0, "image_size": 224}
+    with pytest.raises(ConfigError, match=r"vision_config\.patch_size"):
+        sizing.parse_architecture(tiny(vision_config=vision))
+    sizing.parse_architecture(tiny(vision_config={**vision, "patch_size": 14, "image_size": [224, 224]}))
+
+
+def test_integral_floats_are_read_as_integers() -> None:
+    arch = sizing.parse_architecture(tiny(hidden_size=64.0, num_hidden_layers=4.0, max_position_embeddings=4096.0))
+    assert (arch.hidden_size, arch.num_layers, arch.max_position_embeddings) == (64, 4, 4096)
+
+
+@pytest.mark.parametrize("text", ["1e999", "2000000TiB", "9" * 400])
+def test_parse_size_refuses_infinite_and_huge(text: str) -> None:
+    with pytest.raises(ConfigError, match="larger than 1 EiB"):
+        sizing.parse_size(text, key="overhead")
+
+
 # --------------------------------------------------------------------------- parsing refusals
 
 
@@ -777,3 +917,12 @@ def test_refused_methods_name_the_format(method: str) -> None:
     with pytest.raises(ConfigError, match=f"unsupported quant_method '{method}'") as err:
         sizing.parse_architecture(tiny(quantization_config={"quant_method": method}))
     assert "\n" not in err.value.message and err.value.hint
+
+
+@pytest.mark.parametrize(
+    "index", ['{"metadata": 5}', '{"metadata": {"total_size": "x"}}', '{"metadata": {"total_size": -5}}']
+)
+def test_odd_checkpoint_index_gives_no_size(tmp_path: Path, index: str) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(tiny()))
+    (tmp_path / "model.safetensors.index.json").write_text(index)
+    assert sizing.load_checkpoint_size(str(tmp_path)) is None
