@@ -140,7 +140,7 @@ class Hub:
         hf = _hf()
         url = hf.hf_hub_url(repo, path, revision=sha, endpoint=self.endpoint)
         with self._errors(repo, sha), _no_ambient_token():
-            meta = hf.get_hf_file_metadata(url, token=self.token or False, endpoint=self.endpoint)
+            meta = hf.get_hf_file_metadata(url, token=self.token or False)
         if meta.commit_hash not in (None, sha):
             raise ServerError(f"{self.endpoint} served {repo}/{path} from commit {meta.commit_hash}, not {sha}")
 
@@ -168,7 +168,8 @@ class Hub:
         """huggingface_hub's exceptions as one kit error line each."""
         import importlib
 
-        hf = importlib.import_module("huggingface_hub.errors")
+        # huggingface_hub.utils exports these from 0.2x to 2.x (huggingface_hub.errors lacks some before 0.25)
+        hf = importlib.import_module("huggingface_hub.utils")
         try:
             yield
         except hf.GatedRepoError as err:
@@ -189,8 +190,8 @@ class Hub:
             ) from None
         except hf.OfflineModeIsEnabled:
             raise ConfigError(
-                "HF_HUB_OFFLINE is set in the environment",
-                hint="kit fetch needs the Hub: run it without HF_HUB_OFFLINE, on a node that reaches the Hub",
+                "HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) is set in the environment",
+                hint="kit fetch needs the Hub: unset it, on a node that reaches the Hub",
             ) from None
         except hf.HfHubHTTPError as err:
             status = _status(err)

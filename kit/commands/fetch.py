@@ -7,9 +7,10 @@ offline check must pass before the revision is recorded as complete.
 
 from __future__ import annotations
 
+import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +132,7 @@ def fetch_model(
     hub: Hub,
     repo: str,
     revision: str,
-    layout_for: Any,
+    layout_for: Callable[[str], Layout],
     *,
     dry_run: bool = False,
     workers: int = 8,
@@ -139,14 +140,15 @@ def fetch_model(
 ) -> dict[str, Any]:
     started = time.monotonic()
     listing = hub.listing(repo, revision)
-    names = {f.path for f in listing.files}
-    hub.check_access(repo, listing.sha, "config.json" if "config.json" in names else listing.files[0].path)
+    names = [f.path for f in listing.files]
+    if names:  # one HEAD first: a gated repo fails here, before anything is written
+        hub.check_access(repo, listing.sha, "config.json" if "config.json" in names else names[0])
     index = weight_index(listing)
     shards = None
     if index is not None:
         shards = parse_index(hub.read_text(repo, listing.sha, index), source=f"{hub.endpoint}/{repo}/{index}")
     plan = plan_fetch(listing, shards)
-    layout: Layout = layout_for(plan.sha)
+    layout = layout_for(plan.sha)
     previous = _previous_manifest(layout) if layout.local else None
     on_disk = survey(plan, layout, previous)
     need = on_disk.to_fetch(plan)
@@ -247,8 +249,6 @@ def _previous_manifest(layout: Layout) -> Manifest | None:
 def _prepare(plan: FetchPlan, layout: Layout, done: frozenset[str], manifest: Manifest) -> None:
     """Before the first byte: in a local folder drop files that are not this commit's (so a
     partial fetch can never pass for complete), then write the manifest (atomically)."""
-    import json
-
     try:
         if layout.local:
             for f in plan.files:
