@@ -106,18 +106,6 @@ class FetchPlan:
     def total(self) -> int:
         return sum(f.size for f in self.files)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "repo": self.repo,
-            "revision": self.revision,
-            "sha": self.sha,
-            "index": self.index,
-            "shards": list(self.shards),
-            "files": [{"path": f.path, "size": f.size, "blob": f.blob} for f in self.files],
-            "total": self.total,
-            "skipped": list(self.skipped),
-        }
-
 
 # --------------------------------------------------------------------------- input checks
 

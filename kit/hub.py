@@ -25,6 +25,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -35,7 +36,7 @@ from urllib.parse import urlsplit
 
 from kit import __version__
 from kit.errors import ConfigError, ExitCode, KitError, ServerError
-from kit.fetch import FetchPlan, Layout, RemoteFile, RepoListing
+from kit.fetch import SHA_RE, FetchPlan, Layout, RemoteFile, RepoListing, human_bytes
 
 if TYPE_CHECKING:
     import requests
@@ -45,6 +46,7 @@ CHUNK = 8 << 20  # bytes per read: few syscalls on a fast link, a progress tick 
 _RETRIES = 5  # attempts without progress before a broken transfer is given up (huggingface_hub: 5)
 _RETRY_WAIT = 0.5  # seconds, times the attempt number (at most 2 s)
 _AMBIENT_TOKEN_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
+_BLOB_RE = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # git blob sha1, LFS sha256
 
 
 class NoSpace(ConfigError):
@@ -123,15 +125,16 @@ class Hub:
         with self._errors(repo, revision), _no_ambient_token():
             info = api.model_info(repo, revision=revision, files_metadata=True, token=self.token or False)
         sha = info.sha or ""
+        if not SHA_RE.fullmatch(sha):
+            raise ServerError(f"{self.endpoint} did not resolve {repo}@{revision} to a commit")
         files = []
         for sib in info.siblings or []:
             blob = sib.lfs.sha256 if sib.lfs is not None else sib.blob_id
             size = sib.lfs.size if sib.lfs is not None else sib.size
-            if blob is None or size is None:
-                raise ServerError(f"{self.endpoint} listed {sib.rfilename} of {repo} without its size or blob id")
-            files.append(RemoteFile(sib.rfilename, int(size), blob))
-        if len(sha) != 40:
-            raise ServerError(f"{self.endpoint} did not resolve {repo}@{revision} to a commit")
+            # blob ids become file names in the cache: only the Hub's hex digests are accepted
+            if not isinstance(blob, str) or not _BLOB_RE.fullmatch(blob) or not isinstance(size, int) or size < 0:
+                raise ServerError(f"{self.endpoint} listed {sib.rfilename} of {repo} without a valid size and blob id")
+            files.append(RemoteFile(sib.rfilename, size, blob))
         return RepoListing(repo=repo, revision=revision, sha=sha, files=tuple(files))
 
     def check_access(self, repo: str, sha: str, path: str) -> None:
@@ -319,7 +322,8 @@ class Hub:
         except KeyboardInterrupt:
             stop.set()
             raise FetchInterrupted(
-                f"interrupted after {progress.fetched} bytes; {progress.done} of {progress.total} in place",
+                f"interrupted: {human_bytes(progress.fetched)} fetched, "
+                f"{human_bytes(progress.done)} of {human_bytes(progress.total)} in place",
                 hint="run the same kit fetch again: it continues the partial files",
             ) from None
         on_tick()
@@ -422,7 +426,8 @@ class Hub:
                     raise _RangeRefused()
             try:
                 # O_CREAT without O_TRUNC: bytes already there stay (see the module docstring).
-                with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT, 0o644), "wb") as fh:
+                # 0o666 less the umask, the mode huggingface_hub gives its blobs (a shared cache).
+                with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT, 0o666), "wb") as fh:
                     fh.seek(offset)
                     while not stop.is_set():
                         chunk = resp.raw.read1(CHUNK)
@@ -513,10 +518,7 @@ def _blob_lock(path: Path, stop: threading.Event) -> Iterator[None]:
 
 def _finish(partial: Path, store: Path) -> None:
     """The complete partial file becomes the blob (or the local file): one rename, so a reader
-    sees either nothing or all of it. Mode follows the umask, as huggingface_hub does."""
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(partial, 0o666 & ~umask)
+    sees either nothing or all of it."""
     store.parent.mkdir(parents=True, exist_ok=True)
     os.replace(partial, store)
 

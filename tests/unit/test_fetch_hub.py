@@ -320,6 +320,8 @@ def test_stored_login_and_env_token_are_not_used_by_a_fresh_process(hub: HubServ
     _, err = env_proc.communicate(timeout=30)
     assert env_proc.returncode == ExitCode.CONFIG and "kit sent no token" in error_line(err)
     assert all(r.authorization is None for r in hub.requests)
+    # huggingface_hub 2.x telemetry (an "agent harness" registry fetched for the User-Agent) is off
+    assert [r.path for r in hub.requests if not r.path.startswith(("/api/models/", "/kit/"))] == []
 
 
 # --------------------------------------------------------------------------- bad input and failures
