@@ -19,6 +19,7 @@ from kit.errors import ExitCode, KitError
 VERBS: dict[str, tuple[str, str]] = {
     "plan": ("plan", "Size a model: GPUs, nodes, TP/PP and KV-cache room."),
     "pull": ("pull", "Pull a vLLM image (Docker image or Apptainer SIF) and record its digest."),
+    "fetch": ("fetch", "Download a model once into the shared HF cache and check it is complete."),
     "build": ("build", "Build kit's images from containers/ (GPU or CPU engine)."),
     "up": ("up", "Start this node's container: Ray head/worker or an mp-backend node."),
     "serve": ("serve", "Start `vllm serve` on the cluster and wait until it is healthy."),

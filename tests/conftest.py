@@ -13,6 +13,7 @@ SHARED = ROOT.parent / "shared"
 # so a verb dropped from the CLI fails the tests.
 PRODUCT_VERBS = (
     "pull",
+    "fetch",
     "build",
     "up",
     "serve",
