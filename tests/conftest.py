@@ -17,6 +17,7 @@ PRODUCT_VERBS = (
     "up",
     "serve",
     "status",
+    "metrics",
     "logs",
     "query",
     "verify",
