@@ -73,7 +73,8 @@ class Scrape:
 def parse(text: str, *, max_bytes: int = MAX_SCRAPE_BYTES, source: str = "/metrics") -> Scrape:
     """Parse the Prometheus text exposition format (0.0.4, as prometheus_client writes it).
 
-    Raises MetricsParseError naming the line for anything else, and for input over max_bytes."""
+    Raises MetricsParseError naming the line for anything else, and for text longer than max_bytes
+    characters (kit/observe.py already stops reading at max_bytes bytes)."""
     if len(text) > max_bytes:
         raise MetricsParseError(f"{source} is over {max_bytes} bytes: not a vLLM metrics page")
     samples: list[Sample] = []
@@ -95,9 +96,8 @@ def _parse_sample(line: str, number: int, source: str) -> Sample:
     match = _SAMPLE_RE.match(line)
     if match is None:
         raise MetricsParseError(f"{source} line {number}: not a sample: {line[:80]!r}")
-    labels = _parse_labels(match.group("labels") or "", number, source) if match.group("labels") else {}
-    # Label values may contain '}' inside quotes: the greedy match above stops at the last '}', and
-    # _parse_labels consumes the whole inside, so a value with a quoted '}' parses correctly.
+    # The greedy label group ends at the line's last '}', so a quoted '}' inside a value stays in it.
+    labels = _parse_labels(match.group("labels"), number, source) if match.group("labels") else {}
     fields = match.group("rest").split()
     if len(fields) > 2 or not _VALUE_RE.match(fields[0]) or (len(fields) == 2 and not _TIMESTAMP_RE.match(fields[1])):
         raise MetricsParseError(f"{source} line {number}: bad value {match.group('rest')[:40]!r}")

@@ -95,13 +95,10 @@ def test_probe_pins_the_engine_and_reads_the_key_at_each_call(server: str, key_f
     assert sent["X-data-parallel-rank"] == "1" and sent["Authorization"] == "Bearer sk-first"
     assert json.loads(sent["body"]) == {"model": "tiny", "prompt": "ping", "max_tokens": 1, "temperature": 0}
     # the key was rotated: the next probe uses the new one (read at call time, never cached)
-    FakeServer.key = "sk-second"
+    FakeServer.key = "sk-second"  # fake_vllm.serving() restores the defaults afterwards
     key_file.write_text("sk-second")
-    try:
-        assert observe.probe(server, "tiny", api_key_file=str(key_file)).error is None
-        assert "X-data-parallel-rank" not in FakeServer.seen[-1]
-    finally:
-        FakeServer.key = "sk-first"
+    assert observe.probe(server, "tiny", api_key_file=str(key_file)).error is None
+    assert "X-data-parallel-rank" not in FakeServer.seen[-1]
 
 
 def test_a_wrong_key_raises_without_showing_the_key(server: str, tmp_path: Path) -> None:
@@ -124,10 +121,7 @@ def test_probe_failures_are_results_not_exceptions(server: str, key_file: Path) 
     assert failed.error is not None and "answered 500" in failed.error
     FakeServer.completion_status = 200
     FakeServer.completion_body = {"choices": []}
-    try:
-        empty = observe.probe(server, "tiny", api_key_file=str(key_file))
-    finally:
-        FakeServer.completion_body = {"choices": [{"text": "C", "finish_reason": "length"}]}
+    empty = observe.probe(server, "tiny", api_key_file=str(key_file))
     assert empty.error == f"{server}/v1/completions answered 200 without a completion"
     down = observe.probe(closed_port_url(), "tiny", deadline_s=2)
     assert down.error is not None and "connection refused" in down.error
