@@ -24,6 +24,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "up": ("up", "Start this node's container: Ray head/worker or an mp-backend node."),
     "serve": ("serve", "Start `vllm serve` on the cluster and wait until it is healthy."),
     "status": ("status", "Show the cluster's containers and the Ray view of its nodes."),
+    "metrics": ("metrics", "Per-engine load and tokens/s from vLLM's /metrics; a Prometheus scrape config."),
     "logs": ("logs", "Show (or follow) a node container's logs."),
     "query": ("query", "Send OpenAI-style requests to the server: models and a chat."),
     "bench": ("bench", "Benchmark the server: TTFT, TPOT, ITL, latency percentiles, throughput; compare, plot."),

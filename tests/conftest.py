@@ -18,6 +18,7 @@ PRODUCT_VERBS = (
     "up",
     "serve",
     "status",
+    "metrics",
     "logs",
     "query",
     "verify",

@@ -1,0 +1,212 @@
+"""`kit metrics`: per engine (DP rank) load and throughput from vLLM's /metrics, or a Prometheus
+scrape configuration (file_sd) for the cluster. The logic is in kit/metrics.py and kit/observe.py;
+this verb only finds the head and prints."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from kit import metrics, observe
+from kit.commands._common import config_options, json_option, resolve_cluster
+from kit.config import KitConfig
+from kit.errors import ConfigError, KitError
+from kit.liveness import plan_engines
+from kit.output import emit, table
+from kit.runtime.base import NodeHandle
+
+
+def _finite_interval(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    if not math.isfinite(value) or not 0.1 <= value <= 600:
+        raise click.BadParameter("must be a number of seconds from 0.1 to 600", ctx=ctx, param=param)
+    return value
+
+
+@click.command(name="metrics")
+@click.option("--url", help="Server URL (default: the head of the cluster, port ports.api).")
+@click.option(
+    "--interval",
+    type=float,
+    default=2.0,
+    show_default=True,
+    callback=_finite_interval,
+    help="Seconds between the two scrapes the rates come from.",
+)
+@click.option(
+    "--prometheus",
+    "prometheus_file",
+    metavar="FILE",
+    help="Write a Prometheus file_sd target list for the cluster's /metrics endpoints to FILE ('-': print it).",
+)
+@config_options
+@json_option
+def command(
+    url: str | None,
+    interval: float,
+    prometheus_file: str | None,
+    config_path: str | None,
+    cluster: str | None,
+    set_values: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Per engine (DP rank): requests running and waiting, KV-cache use, prompt and generation
+    tokens/s, finished requests/s and mean TTFT/ITL, from two scrapes of the head's /metrics
+    --interval apart (the head's API server reports every engine, those of headless nodes too).
+    Engines the plan expects but /metrics lacks are listed as missing.
+
+    With --prometheus FILE: the scrape targets (the head's API server; with the Ray backend also
+    each Ray node's exporter, on ports.ray_metrics_export) as a file_sd JSON list labelled
+    cluster/node/role/rank/component. Headless mp nodes serve no metrics of their own.
+
+    \b
+    Examples:
+      kit metrics
+      kit metrics --interval 10 --json
+      kit metrics --prometheus /etc/prometheus/kit/$(hostname).json
+    """
+    config = resolve_cluster(config_path, cluster, set_values).config
+    if url is not None:
+        _check_url(url)
+    nodes = _local_nodes(config)
+    if prometheus_file is not None:
+        _write_targets(config, nodes, prometheus_file, as_json=as_json)
+        return
+    base = (url or f"http://{_head_ip(config, nodes) or '127.0.0.1'}:{config.ports.api}").rstrip("/")
+    result = top(base, config, interval)
+    emit("metrics", result, as_json=as_json, text=lambda: render(result))
+
+
+def top(base: str, config: KitConfig, interval: float) -> dict[str, Any]:
+    """Two scrapes `interval` apart and the per-engine rates between them, with each engine's
+    node rank from the plan."""
+    t0, first = time.monotonic(), observe.scrape(base)
+    time.sleep(interval)
+    t1, second = time.monotonic(), observe.scrape(base)
+    planned = plan_engines(config.dp, config.dp_local, config.backend)
+    rows = []
+    for engine, rates in metrics.rates(t0, first, t1, second).items():
+        rows.append({**rates.to_dict(), "node_rank": planned.get(engine)})
+    seen = {row["engine"] for row in rows}
+    return {
+        "url": base,
+        "interval_s": round(t1 - t0, 3),
+        "health": observe.health_error(base) or "ok",
+        "engines": rows,
+        "missing": [{"engine": e, "node_rank": rank} for e, rank in planned.items() if e not in seen],
+    }
+
+
+def render(result: dict[str, Any]) -> str:
+    lines = [f"{result['url']}: /health {result['health']}; rates over {result['interval_s']:.1f} s"]
+    lines.append(
+        table(
+            ["engine", "node", "running", "waiting", "KV cache", "prompt tok/s", "gen tok/s", "req/s", "TTFT", "ITL"],
+            [
+                (
+                    r["engine"],
+                    "-" if r["node_rank"] is None else r["node_rank"],
+                    _num(r["running"], "{:g}"),
+                    _num(r["waiting"], "{:g}"),
+                    _num(None if r["kv_cache_usage"] is None else 100 * r["kv_cache_usage"], "{:.1f}%"),
+                    _num(r["prompt_tokens_per_s"], "{:.1f}"),
+                    _num(r["generation_tokens_per_s"], "{:.1f}"),
+                    _num(r["requests_per_s"], "{:.2f}"),
+                    _num(r["mean_ttft_s"], "{:.3f}s"),
+                    _num(r["mean_itl_s"], "{:.4f}s"),
+                )
+                for r in result["engines"]
+            ],
+        )
+    )
+    if any(r["reset"] for r in result["engines"]):
+        lines.append("a counter went back to zero: that engine restarted between the scrapes")
+    for gone in result["missing"]:
+        where = "" if gone["node_rank"] is None else f" (node rank {gone['node_rank']})"
+        lines.append(f"missing: engine {gone['engine']}{where} is in the plan but not in /metrics")
+    return "\n".join(lines)
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def _local_nodes(config: KitConfig) -> list[NodeHandle]:
+    """The cluster's node containers on this host; none where no runtime answers (a laptop)."""
+    from kit.runtime import get_runtime
+
+    try:
+        return get_runtime(config).find_nodes(config.cluster)
+    except KitError:
+        return []
+
+
+def _head_ip(config: KitConfig, nodes: list[NodeHandle]) -> str | None:
+    head = next((n for n in nodes if n.role == "head" and n.ip), None)
+    return head.ip if head is not None else config.head_address
+
+
+def _check_url(url: str) -> None:
+    scheme, sep, rest = url.partition("://")
+    if (
+        scheme not in ("http", "https")
+        or not sep
+        or not rest.strip("/")
+        or any(c.isspace() or ord(c) < 32 for c in url)
+    ):
+        raise ConfigError(f"{url!r} is not an http(s) URL", source="flag --url", hint="e.g. http://10.0.0.1:8000")
+
+
+def _write_targets(config: KitConfig, nodes: list[NodeHandle], path: str, *, as_json: bool) -> None:
+    head_ip = _head_ip(config, nodes)
+    if head_ip is None:
+        raise ConfigError(
+            "the head's address is unknown", key="head_address", hint="run on the head's host, or set head_address"
+        )
+    groups = metrics.scrape_targets(
+        cluster=config.cluster,
+        backend=config.backend,
+        api_port=config.ports.api,
+        ray_metrics_port=config.ports.ray_metrics_export,
+        head_ip=head_ip,
+        nodes=[metrics.NodeAddress(n.role, n.rank, n.ip) for n in nodes if n.ip],
+    )
+    text = json.dumps(groups, indent=2) + "\n"
+    if path == "-":
+        click.echo(text, nl=False)
+        return
+    _write_atomically(Path(path), text)
+    result = {"file": path, "targets": groups}
+    emit(
+        "metrics",
+        result,
+        as_json=as_json,
+        text=f"wrote {len(groups)} scrape target(s) to {path}; in prometheus.yml: "
+        f"scrape_configs: [{{job_name: kit, file_sd_configs: [{{files: [{path}]}}]}}]",
+    )
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """The whole file or nothing: Prometheus re-reads file_sd files when they change."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write {path}: {exc.strerror}", source="flag --prometheus", hint="pass a writable folder"
+        ) from None
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise ConfigError(
+            f"cannot write {path}: {exc.strerror}", source="flag --prometheus", hint="pass a writable file path"
+        ) from None
