@@ -16,6 +16,7 @@ from kit.bench.measure import Load
 from kit.bench.runner import MAX_IN_FLIGHT, Target
 from kit.bench.schedule import sweep
 from kit.commands._common import config_options, json_option, resolve_cluster
+from kit.commands._params import KitCommand
 from kit.config import KitConfig
 from kit.errors import ConfigError, UsageError
 from kit.output import emit, progress
@@ -221,7 +222,7 @@ def resolve_target(
     return target, key
 
 
-@click.command(name="bench")
+@click.command(name="bench", cls=KitCommand)
 @click.option("--url", help="Server URL (default: the cluster's head, port ports.api).")
 @click.option("--model", help="Model name to load (default: the first one the server lists).")
 @load_options

@@ -21,6 +21,7 @@ import click
 
 from kit import resources
 from kit.commands._common import config_options, json_option, overrides_from, resolve
+from kit.commands._params import KitCommand
 from kit.config import KitConfig
 from kit.errors import ImageError, RuntimeUnavailable, UsageError
 from kit.images import ContextPlan, PullProgress, build_image_id, build_step_line, plan_build_context
@@ -52,7 +53,7 @@ def docker_runtime() -> DockerRuntime:
     return DockerRuntime()
 
 
-@click.command(name="build", help=HELP)
+@click.command(name="build", help=HELP, cls=KitCommand)
 @click.argument("name", required=False)
 @click.option("--tag", "-t", help="Image tag to build (default: see above).")
 @click.option("--base-image", metavar="IMAGE", help="Base image (cpu: BASE_IMAGE; vllm: the vLLM repository).")

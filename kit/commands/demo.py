@@ -16,6 +16,7 @@ import click
 
 from kit import client, resources
 from kit.commands._common import absolutize, json_option
+from kit.commands._params import KitCommand
 from kit.commands.serve import serve_cluster
 from kit.commands.status import collect, render
 from kit.commands.up import plan_up, start_node
@@ -170,7 +171,7 @@ def ensure_api_key(path: Path) -> None:
             f.write(secrets.token_urlsafe(24))
 
 
-@click.command(name="demo")
+@click.command(name="demo", cls=KitCommand, free_text=("prompt",))
 @click.option(
     "--keep", is_flag=True, help="Leave the cluster running (remove it later with `kit down --cluster demo`)."
 )

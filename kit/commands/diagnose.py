@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from kit.commands._params import KitCommand
 from kit.errors import UsageError
 from kit.output import emit, table
 from kit.verify.diagnose import Diagnosis, classify_file, classify_lines, read_lines
@@ -71,7 +72,7 @@ def render(results: dict[str, Diagnosis]) -> str:
     return "\n".join(parts).rstrip()
 
 
-@click.command(name="diagnose")
+@click.command(name="diagnose", cls=KitCommand, dash_ok=("logfiles",))
 @click.argument("logfiles", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def command(logfiles: tuple[str, ...], as_json: bool) -> None:

@@ -7,13 +7,14 @@ import time
 import click
 
 from kit.commands._common import config_options, resolve_cluster
+from kit.commands._params import KitCommand
 from kit.errors import StartError
 from kit.plan.scripts import SERVE_LOG
 from kit.runtime import get_runtime
 from kit.runtime.base import NodeHandle, Runtime
 
 
-@click.command(name="logs")
+@click.command(name="logs", cls=KitCommand)
 @click.option("--role", type=click.Choice(["head", "worker"]), default="head", show_default=True)
 @click.option("--rank", type=int, help="Worker rank (default: the first worker).")
 @click.option("--serve", "serve_log", is_flag=True, help="Show the vLLM server's log instead of the node's.")

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from kit.commands._common import config_options, json_option, overrides_from, resolve
+from kit.commands._params import KitCommand
 from kit.config import KitConfig
 from kit.errors import ImageError, KitError, RuntimeUnavailable
 from kit.images import ImageRef, PullProgress, parse_ref, pick_digest
@@ -46,7 +47,7 @@ def docker_runtime() -> DockerRuntime:
     return DockerRuntime()
 
 
-@click.command(name="pull", help=HELP)
+@click.command(name="pull", help=HELP, cls=KitCommand)
 @click.argument("image", required=False)
 @click.option("--runtime", type=click.Choice(["docker", "apptainer"]), help="Container runtime (config: runtime).")
 @config_options

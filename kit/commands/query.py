@@ -9,6 +9,7 @@ import click
 
 from kit import client
 from kit.commands._common import config_options, json_option, resolve_cluster
+from kit.commands._params import KitCommand
 from kit.config import KitConfig
 from kit.output import emit
 
@@ -37,7 +38,7 @@ def tunnel_hint(url: str, login_host: str | None) -> str:
     )
 
 
-@click.command(name="query")
+@click.command(name="query", cls=KitCommand, free_text=("prompt",))
 @click.option("--url", help="Server URL (default: the head of the cluster, port ports.api).")
 @click.option("--api-key-file", type=click.Path(dir_okay=False), help="File holding the API key.")
 @click.option("--model", help="Model name to ask (default: the first one the server lists).")

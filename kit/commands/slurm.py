@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from kit.commands._common import check_plan, check_secret_files, config_options, json_option, overrides_from, resolve
+from kit.commands._params import KitCommand
 from kit.output import emit, progress
 from kit.plan.slurm import SERVER_READY_MARK, check_slurm_config, plan_launcher
 
@@ -37,7 +38,7 @@ FLAG_KEYS = {
 }
 
 
-@click.command(name="slurm")
+@click.command(name="slurm", cls=KitCommand)
 @click.option("--nodes", type=int, help="Nodes (#SBATCH --nodes).")
 @click.option("--gpus-per-node", type=int, help="GPUs per node (#SBATCH --gpus-per-task, one task per node).")
 @click.option("--runtime", type=click.Choice(["docker", "apptainer"]), help="Container runtime on the nodes.")

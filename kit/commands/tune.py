@@ -26,6 +26,7 @@ from kit.bench.tune import (
     state_key,
 )
 from kit.commands._common import config_options, json_option, model_experts, model_heads, resolve_cluster
+from kit.commands._params import KitCommand
 from kit.commands.bench import build_load, load_options
 from kit.config import KitConfig, Resolved
 from kit.errors import ConfigError, KitError
@@ -118,7 +119,7 @@ def conclude(
     return ranking, best
 
 
-@click.command(name="tune")
+@click.command(name="tune", cls=KitCommand)
 @click.option("--layouts", help="Layouts to try, e.g. tp1,tp2,tp2-pp2,tp1-dp2 (default: every layout that fits).")
 @click.option("--budget", default="30m", show_default=True, help="Hard time limit for the whole run (s, m, h).")
 @click.option("--fresh", is_flag=True, help="Forget finished layouts of an earlier run with the same load.")

@@ -18,6 +18,7 @@ from kit.commands._common import (
     resolve,
     role_from_flags,
 )
+from kit.commands._params import KitCommand
 from kit.config import KitConfig, Resolved
 from kit.errors import StartError
 from kit.output import emit, progress
@@ -102,7 +103,7 @@ def dry_run_text(plan: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@click.command(name="up")
+@click.command(name="up", cls=KitCommand)
 @click.option("--head", "is_head", is_flag=True, help="Start the head node (rank 0). The default.")
 @click.option("--worker", "is_worker", is_flag=True, help="Start a worker node (needs --head-address).")
 @click.option("--node-rank", type=int, help="This worker's rank, 1..nodes-1 (default 1).")

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from kit.commands._common import config_options, overrides_from, resolve
+from kit.commands._params import KitCommand
 from kit.errors import UsageError
 from kit.output import emit, progress
 from kit.verify.policy import EXPECTS
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from kit.verify.runner import CollectiveSpec
 
 
-@click.command(name="verify")
+@click.command(name="verify", cls=KitCommand)
 @click.option(
     "--host",
     "on_host",

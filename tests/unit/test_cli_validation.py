@@ -52,7 +52,7 @@ CASES = [
         ExitCode.CONFIG,
         "head_address: 'head.example' is not a numeric IPv4 address",
     ),
-    ("ports:\n  api: 70000\n", [], ExitCode.CONFIG, "ports.api: port 70000 is out of range"),
+    ("ports:\n  api: 70000\n", [], ExitCode.CONFIG, "ports.api: must be at most 65535, got 70000"),
     ("ports:\n  api: 6379\n", [], ExitCode.CONFIG, "port 6379 is used by both ports.ray_gcs and ports.api"),
     ("ports:\n  api: 11005\n", [], ExitCode.CONFIG, "port 11005 lies inside the Ray worker port range"),
     ("image: 'Vllm/VLLM:bad tag'\n", [], ExitCode.IMAGE, "image: 'Vllm/VLLM:bad tag' is not a valid image reference"),
