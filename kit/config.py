@@ -377,7 +377,11 @@ def _flatten_yaml(text: str, path: str) -> dict[str, tuple[Any, str]]:
         for key_node, value_node in node.value:
             where = f"{path}:{key_node.start_mark.line + 1}"
             if not isinstance(key_node, yaml.ScalarNode):
-                raise ConfigError(f"a key must be a plain name (under {prefix or 'the top level'})", source=where)
+                raise ConfigError(
+                    f"a key must be a plain name (under {prefix or 'the top level'})",
+                    source=where,
+                    hint="write keys as names, like `nodes: 2`",
+                )
             name = validate.preview(key_node.value) if len(key_node.value) > 64 else key_node.value
             key = f"{prefix}{name}"
             if key in SCHEMA:

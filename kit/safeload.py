@@ -202,22 +202,20 @@ def _check_expansion(root: yaml.Node, source: str) -> None:
     done: dict[int, tuple[int, int]] = {}  # id(node) -> (height, expanded node count)
     active: set[int] = set()
 
-    def refuse(message: str, node: yaml.Node) -> ConfigError:
-        return ConfigError(
-            message, source=f"{source} (line {_line(node.start_mark)})", hint="write the value out plainly"
-        )
+    def refuse(message: str) -> ConfigError:
+        return ConfigError(message, source=source, hint="write the value out plainly, without aliases or tags")
 
     def walk(node: yaml.Node, depth: int) -> tuple[int, int]:
         key = id(node)
         if key in active:
-            raise refuse("an alias refers to a value that contains it", node)
+            raise refuse("an alias refers to a value that contains it")
         if key in done:
             height, count = done[key]
         else:
             if node.tag not in YAML_TAGS:
-                raise refuse(f"the YAML tag {_short_tag(node.tag)} is not allowed", node)
+                raise refuse(f"the YAML tag {_short_tag(node.tag)} is not allowed")
             if depth > MAX_YAML_DEPTH:
-                raise refuse(f"nested deeper than {MAX_YAML_DEPTH} levels once its aliases are expanded", node)
+                raise refuse(f"nested deeper than {MAX_YAML_DEPTH} levels once its aliases are expanded")
             children: list[yaml.Node] = []
             if isinstance(node, yaml.SequenceNode):
                 children = list(node.value)
@@ -229,11 +227,11 @@ def _check_expansion(root: yaml.Node, source: str) -> None:
                 child_height, child_count = walk(child, depth + 1)
                 height, count = max(height, child_height + 1), count + child_count
                 if count > MAX_YAML_NODES:
-                    raise refuse(f"expands to more than {MAX_YAML_NODES} YAML nodes through its aliases", node)
+                    raise refuse(f"expands to more than {MAX_YAML_NODES} YAML nodes through its aliases")
             active.discard(key)
             done[key] = (height, count)
         if depth + height > MAX_YAML_DEPTH:
-            raise refuse(f"nested deeper than {MAX_YAML_DEPTH} levels once its aliases are expanded", node)
+            raise refuse(f"nested deeper than {MAX_YAML_DEPTH} levels once its aliases are expanded")
         return height, count
 
     walk(root, 1)

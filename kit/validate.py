@@ -202,7 +202,7 @@ def config_value(spec: Spec, value: Any) -> Any:
             raise bad
         checked = text(str(value), spec.text)
         if spec.pattern and not re.fullmatch(spec.pattern[0], checked):
-            raise Invalid(f"{preview(checked)} is not valid here", f"use {spec.pattern[1]}")
+            raise Invalid(f"{preview(checked)} is not a valid value", f"use {spec.pattern[1]}")
         return checked
     if kind in ("int", "int_auto"):
         if kind == "int_auto" and value == "auto":

@@ -64,16 +64,22 @@ def check_value(param: click.Parameter, value: Any, *, free_text: bool = False, 
         return
     text = str(value)
     dash_ok = dash_ok or validate.is_number(text)  # --tp -1 is a (wrong) number, checked as one
-    if text.startswith("-") and not dash_ok:
-        raise UsageError(
-            f"{flag}: {validate.preview(text)} looks like an option, not a value",
-            hint=f"give {flag} a value (did you forget it?); a value cannot start with '-'",
-        )
+    if not dash_ok:
+        refuse_option_like(flag, text)
     kind = "text" if free_text else "path" if isinstance(param.type, click.Path) else "value"
     try:
         validate.text(text, kind, dash=dash_ok)
     except validate.Invalid as exc:
         raise ConfigError(exc.message, key=flag, hint=exc.hint) from None
+
+
+def refuse_option_like(flag: str, text: str) -> None:
+    """A value that starts with '-' is a forgotten value followed by the next option (exit 2)."""
+    if text.startswith("-"):
+        raise UsageError(
+            f"{flag}: {validate.preview(text)} looks like an option, not a value",
+            hint=f"give {flag} a value (did you forget it?); a value cannot start with '-'",
+        )
 
 
 class Count(click.ParamType[int]):
@@ -116,6 +122,7 @@ class Url(click.ParamType[str]):
     name = "url"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        refuse_option_like(flag_name(param), str(value))
         try:
             return validate.url(str(value))
         except validate.Invalid as exc:

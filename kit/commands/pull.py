@@ -63,8 +63,12 @@ def command(
     flags = {"runtime": runtime, "cluster": cluster}
     resolved = resolve(config_path, overrides_from(flags, {"runtime": "runtime", "cluster": "cluster"}, set_values))
     config = resolved.config
-    ref = image or config.image
+    ref = config.image if image is None else image  # an empty IMAGE was refused, never replaced
     if config.runtime == "apptainer":
+        # A docker:// source (kit's default scheme) must be a valid reference; other schemes
+        # (oras://, library://, https://) are apptainer's to check.
+        if ref.startswith("docker://") or "://" not in ref:
+            parse_ref(ref.removeprefix("docker://"))
         result = pull_apptainer(config, ref, as_json=as_json)
     else:
         result = pull_docker(parse_ref(ref), as_json=as_json)

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from kit.commands._common import (
+    check_mounts,
     check_plan,
     check_secret_files,
     config_options,
@@ -57,6 +58,7 @@ def plan_up(resolved: Resolved, role: Role, *, check_files: bool = True) -> tupl
     check_plan(resolved)
     if check_files:
         check_secret_files(config, sources)
+        check_mounts(config, sources)
     host = gather_host_facts(config)
     net = plan_node_net(config, sources, role, host)
     return plan_node(config, role, net, has_infiniband=host.has_infiniband), net
