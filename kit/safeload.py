@@ -116,17 +116,22 @@ class YAMLSyntaxError(ConfigError):
     """Text that is not YAML (a KIT_* value that is not YAML stays a plain string instead)."""
 
 
-def compose_yaml(text: str, *, source: str) -> yaml.Node | None:
+def compose_yaml(text: str, *, source: str, lines: bool = True) -> yaml.Node | None:
     """The node graph of one YAML document, no Python object built yet. A streaming pass over the
     parser's events (the parser keeps an explicit stack) refuses deep nesting and huge documents
-    first, because yaml.compose recurses once per level."""
+    first, because yaml.compose recurses once per level. `lines`: errors name source:LINE (a file;
+    not a one-line environment variable)."""
+
+    def at(mark: Any) -> str:
+        return f"{source}:{_line(mark)}" if lines and mark is not None else source
+
     try:
         depth = 0
         for events, event in enumerate(yaml.parse(text, Loader=yaml.SafeLoader), 1):
             if events > MAX_YAML_EVENTS:
                 raise ConfigError(
                     f"holds more than {MAX_YAML_EVENTS} YAML nodes",
-                    source=f"{source}:{_line(event.start_mark)}",
+                    source=at(event.start_mark),
                     hint="a kit config is a few dozen keys; pass the real one",
                 )
             if isinstance(event, yaml.CollectionStartEvent):
@@ -134,17 +139,17 @@ def compose_yaml(text: str, *, source: str) -> yaml.Node | None:
                 if depth > MAX_YAML_DEPTH:
                     raise ConfigError(
                         f"nested deeper than {MAX_YAML_DEPTH} levels",
-                        source=f"{source}:{_line(event.start_mark)}",
+                        source=at(event.start_mark),
                         hint="kit's keys nest at most three levels",
                     )
             elif isinstance(event, yaml.CollectionEndEvent):
                 depth -= 1
         return yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"{source}:{_line(mark)}" if mark else source
         raise YAMLSyntaxError(
-            f"invalid YAML: {exc.problem or exc.context}", source=where, hint="fix the YAML syntax on that line"
+            f"invalid YAML: {exc.problem or exc.context}",
+            source=at(exc.problem_mark or exc.context_mark),
+            hint="fix the YAML syntax on that line",
         ) from None
     except yaml.YAMLError as exc:  # a ReaderError: a control character in the text
         message = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
@@ -176,7 +181,7 @@ def loads_yaml(text: str, *, source: str, as_text: bool = False) -> Any:
     """One YAML value from a string (a KIT_* variable, a --set value), bounded like kit.yaml."""
     if len(text) > MAX_YAML_BYTES:
         raise ConfigError(f"is {len(text)} characters long; kit reads at most {MAX_YAML_BYTES}", source=source)
-    node = compose_yaml(text, source=source)
+    node = compose_yaml(text, source=source, lines=False)
     return None if node is None else yaml_value(node, source=source, as_text=as_text)
 
 

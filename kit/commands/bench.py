@@ -4,7 +4,9 @@ throughput the way `vllm bench serve` computes them; save, compare and plot resu
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import shlex
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +18,7 @@ from kit.bench.measure import Load
 from kit.bench.runner import MAX_IN_FLIGHT, Target
 from kit.bench.schedule import sweep
 from kit.commands._common import config_options, json_option, resolve_cluster
-from kit.commands._params import Count, KitCommand, Number, Url, writable
+from kit.commands._params import Count, KitCommand, Number, Url, readable, writable
 from kit.config import KitConfig
 from kit.errors import ConfigError, UsageError
 from kit.output import emit, progress
@@ -155,6 +157,14 @@ def build_load(flags: dict[str, Any]) -> Load:
         burstiness=flags["burstiness"],
         description=description,
     )
+
+
+def has_matplotlib() -> bool:
+    """Whether --plot can work, found without importing it: importing matplotlib writes its
+    config folder under $HOME, and a refused command must write nothing."""
+    if "matplotlib" in sys.modules:
+        return sys.modules["matplotlib"] is not None
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def served_layout(script: str) -> dict[str, Any]:
@@ -352,14 +362,11 @@ def command(
         plot(docs, [p.stem for p in from_files], plot_path)
         emit("bench", {"plot": str(plot_path)}, as_json=as_json, text=f"wrote {plot_path}")
         return
-    if plot_path:  # fail before the run, not after it, when matplotlib is missing
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise UsageError(
-                "--plot needs matplotlib, which is not installed",
-                hint="pip install 'kit[plot]' (or pip install matplotlib)",
-            ) from None
+    if plot_path and not has_matplotlib():  # fail before the run, not after it
+        raise UsageError(
+            "--plot needs matplotlib, which is not installed",
+            hint="pip install 'kit[plot]' (or pip install matplotlib)",
+        )
     from kit.bench import measure
     from kit.output import LiveLine
     from kit.state import state_dir
@@ -367,6 +374,7 @@ def command(
     load = build_load(flags)  # a malformed dataset fails here, before any request
     writable(None if no_save else output, "--output")  # and an unwritable output file
     writable(plot_path, "--plot")
+    readable(api_key_file, "--api-key-file")
     config = resolve_cluster(config_path, cluster, set_values).config
     target, key = resolve_target(config, url, api_key_file, model, flags)
     version = measure.server_version(target.base_url, key)

@@ -9,7 +9,7 @@ import click
 
 from kit import client
 from kit.commands._common import config_options, json_option, resolve_cluster
-from kit.commands._params import Count, KitCommand, Number, Url
+from kit.commands._params import Count, KitCommand, Number, Url, readable
 from kit.config import KitConfig
 from kit.output import emit
 
@@ -75,6 +75,7 @@ def command(
       kit query --url http://127.0.0.1:8000 --api-key-file ~/.kit/api_key
       kit query --tunnel-hint --login-host login.cluster.example
     """
+    readable(api_key_file, "--api-key-file")
     resolved = resolve_cluster(config_path, cluster, set_values)
     config = resolved.config
     base = (url or default_url(config)).rstrip("/")

@@ -26,7 +26,7 @@ from kit.bench.tune import (
     state_key,
 )
 from kit.commands._common import config_options, json_option, model_experts, model_heads, resolve_cluster
-from kit.commands._params import KitCommand, writable
+from kit.commands._params import KitCommand, readable, writable
 from kit.commands.bench import build_load, load_options
 from kit.config import KitConfig, Resolved
 from kit.errors import ConfigError, KitError
@@ -196,6 +196,7 @@ def command(
     load = build_load(flags)
     writable(output, "--output")  # checked before any node starts, like every flag above
     writable(plot_path, "--plot")
+    readable(api_key_file, "--api-key-file")
     resolved = resolve_cluster(config_path, cluster, set_values)
     config = resolved.config
     check_local(config)
