@@ -384,7 +384,7 @@ CASES: list[Case] = [
         "model:\n  extra_args: [" + ", ".join(["--x"] * 2000) + "]\n",
     ),
     c(4, 3, "--budget: 0 is 0 s", "tune", "--budget", "0"),
-    c(4, 3, "--budget: 10s is 10 s", "tune", "--budget", "10s"),
+    c(4, 3, "--budget: 192h is 691200 s", "tune", "--budget", "192h"),
     c(4, 3, "--timeout: must be at least 1, got 0", "verify", "--host", "--timeout", "0"),
     c(4, 3, "--master-port: must be at most 65535, got 70000", "verify", "--host", "--master-port", "70000"),
     c(4, 3, "--nnodes: must be at least 1, got 0", "verify", "--host", "--nnodes", "0"),
