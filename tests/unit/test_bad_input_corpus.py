@@ -36,8 +36,7 @@ with open(os.environ["KIT_RECORD"], "a") as f:
     f.write(json.dumps([os.path.basename(sys.argv[0])] + sys.argv[1:]) + "\\n")
 sys.exit(1)
 """
-SIZING = pytest.mark.skip(reason="sizing branch: kit/sizing robustness")
-PLAN_CLS = pytest.mark.skip(reason="needs cls=KitCommand on kit/commands/plan.py (sizing branch)")
+PLAN_CLS = pytest.mark.skip(reason="kit/commands/plan.py is not a KitCommand yet (add cls=KitCommand there)")
 AS_ROOT = pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file: an unreadable file cannot be made")
 
 
@@ -273,37 +272,45 @@ CASES: list[Case] = [
     c(
         3,
         3,
-        "num_hidden_layers",
+        "num_hidden_layers: 1000000000000.0 is outside 1..1,024",
         "plan",
         ".",
         "--gpu",
         "H100-80GB",
         files={"config.json": json.dumps({"num_hidden_layers": 1e12, "hidden_size": 4096})},
-        marks=(SIZING,),
     ),
     c(
         3,
         3,
-        "num_hidden_layers",
+        "num_hidden_layers: 1e+26 is outside 1..1,024",
         "plan",
         ".",
         "--gpu",
         "H100-80GB",
         files={"config.json": json.dumps({"num_hidden_layers": 1e26, "hidden_size": 4096})},
-        marks=(SIZING,),
     ),
     c(
         3,
         3,
-        "nested deeper",
+        "config.json: cannot read JSON: nested deeper than 64 levels",
         "plan",
         ".",
         "--gpu",
         "H100-80GB",
         files={"config.json": "[" * 100_000 + "]" * 100_000},
-        marks=(SIZING,),
     ),
-    c(3, 3, "--overhead", "plan", ".", "--gpu", "H100-80GB", "--overhead", "1e999", files=CFG, marks=(SIZING,)),
+    c(
+        3,
+        3,
+        "overhead: '1e999' is larger than 1 EiB",
+        "plan",
+        ".",
+        "--gpu",
+        "H100-80GB",
+        "--overhead",
+        "1e999",
+        files=CFG,
+    ),
     # --- 4. accepted where a refusal is due ---------------------------------------------------
     c(4, 3, "flag --timeout: timeouts.join: must be at least 1, got 0", "up", "--dry-run", "--timeout", "0"),
     c(4, 3, "flag --timeout: timeouts.join: must be at least 1, got -5", "up", "--dry-run", "--timeout", "-5"),
