@@ -242,6 +242,9 @@ def config_value(spec: Spec, value: Any) -> Any:
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             raise bad
         _count(value, spec)
+        for name, item in value.items():
+            if not isinstance(item, (str, int, float, bool, type(None))):
+                raise Invalid(f"{preview(name)}: expected a plain value, got {_type_word(item)}", "write NAME: value")
         out = {k: ("" if v is None else str(v)) for k, v in value.items()}
         for name, item in out.items():
             env_name(name)

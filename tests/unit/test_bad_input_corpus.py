@@ -380,6 +380,7 @@ CASES: list[Case] = [
     c(4, 3, "cluster: 'aaaaaaaaaaa", "down", "--cluster", "a" * 70),
     c(4, 3, "model.served_name: is empty", "serve", "--dry-run", "--set", "model.served_name="),
     c(4, 3, "--head-address: is empty", "up", "--dry-run", "--worker", "--head-address", ""),
+    yaml_case(4, 3, "env: 'A': expected a plain value, got a list", "env:\n  A: [1]\n", "up", "--dry-run"),
     yaml_case(4, 3, "env: '1BAD' is not a valid variable name", "env:\n  1BAD: x\n", "up", "--dry-run"),
     yaml_case(
         4, 3, "HF_TOKEN must not be passed as an environment variable", "env:\n  HF_TOKEN: x\n", "up", "--dry-run"

@@ -236,6 +236,7 @@ def test_env_and_set_values_are_bounded_too() -> None:
         ("model.served_name", "x" * 100_000, "is 100000 characters long"),
         ("mounts", ["rel:/x"], "mounts: item 1: the host path 'rel' is relative"),
         ("env", {"A B": "x"}, "'A B' is not a valid variable name"),
+        ("env", {"A": [1]}, "'A': expected a plain value, got a list"),
         ("model.extra_args", ["--ok"] * 1025, "has 1025 entries"),
     ],
 )
