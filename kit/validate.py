@@ -64,7 +64,10 @@ _CONTROL_NAMES = {"\n": "a newline", "\r": "a carriage return", "\x00": "a NUL b
 
 def preview(value: Any, limit: int = 40) -> str:
     """A short, printable repr of a value for an error message."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # an int of more than 4300 digits has no repr
+        return "a value too long to show"
     return text if len(text) <= limit else text[: limit - 5] + "…" + text[-4:]
 
 
