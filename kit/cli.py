@@ -5,6 +5,7 @@ Verb modules are imported lazily so `kit --help` stays fast (no docker-py, spyth
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import json
 import sys
@@ -13,7 +14,7 @@ from typing import Any
 import click
 
 from kit import __version__
-from kit.errors import ExitCode, KitError
+from kit.errors import ExitCode, KitError, UsageError
 
 # verb -> (module under kit.commands, one-line help). Order is the order in --help.
 VERBS: dict[str, tuple[str, str]] = {
@@ -52,6 +53,19 @@ class LazyGroup(click.Group):
         module = importlib.import_module(f"kit.commands.{VERBS[cmd_name][0]}")
         command: click.Command = module.command
         return command
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name not in VERBS and not name.startswith("-"):
+            close = difflib.get_close_matches(name, list(VERBS), n=1, cutoff=0.6)
+            shown = name if name.isprintable() and len(name) <= 40 else repr(name[:40])
+            raise UsageError(
+                f"No such command '{shown}'",
+                hint=f"did you mean `kit {close[0]}`?" if close else "see `kit --help` for the verbs",
+            )
+        return super().resolve_command(ctx, args)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # Use the static table so --help imports no verb module.
@@ -95,8 +109,14 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
-        sys.exit(int(ExitCode.USAGE) if isinstance(exc, click.UsageError) else exc.exit_code)
+        # One line like kit's own errors (click would print usage lines around it), or one
+        # JSON document with --json.
+        ctx = getattr(exc, "ctx", None)
+        usage = UsageError(exc.format_message(), hint=f"see `{ctx.command_path if ctx else 'kit'} --help`")
+        if not isinstance(exc, click.UsageError):
+            usage.exit_code = ExitCode.FAILURE
+        _report(usage, as_json=_wants_json(args))
+        sys.exit(int(usage.exit_code))
     sys.exit(0)
 
 

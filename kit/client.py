@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from kit import safeload
 from kit.errors import ConfigError, KitError, ServerError
 
 
@@ -29,17 +29,20 @@ class ChatResult:
 
 
 def read_key(path: str | None) -> str | None:
-    """The API key from its file (never from argv or env)."""
+    """The API key from its file (never from argv or env): a regular file of at most 64 KiB,
+    so a FIFO or /dev/zero given by mistake is refused instead of read forever."""
     if not path:
         return None
     try:
-        key = Path(path).read_text().strip()
-    except OSError as exc:
-        raise ConfigError(
-            f"cannot read {path}: {exc.strerror}", key="api_key_file", hint="pass a readable file"
-        ) from None
+        key = safeload.read_text(path, max_bytes=64 * 1024, what="API key file").strip()
+    except ConfigError as err:
+        raise ConfigError(err.message, key="api_key_file", hint=err.hint or "pass a readable file") from None
     if not key:
         raise ConfigError(f"{path} is empty", key="api_key_file", hint="write the key into the file")
+    if any(c.isspace() for c in key) or not key.isprintable():
+        raise ConfigError(
+            f"{path} holds more than one word", key="api_key_file", hint="write only the key into the file"
+        )
     return key
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from kit import safeload, validate
 from kit.errors import ConfigError
 
 
@@ -28,78 +28,146 @@ class Spec:
     choices: tuple[str, ...] = ()
     optional: bool = False  # None allowed
     secret: bool = False  # value is a path to a secret; shown, but the secret never read here
+    text: str = "name"  # kit.validate.RULES kind of the string (of each item, for lists and dicts)
+    low: int | None = None  # inclusive bounds of an int (int_auto: of its number)
+    high: int | None = None
+    special: tuple[int, ...] = ()  # ints allowed outside the bounds (vLLM's -1 = auto)
+    pattern: tuple[str, str] | None = None  # (regex the whole string matches, what it is)
+
+
+# Names that become parts of container, network and label names (Docker's rule).
+NAME_PATTERN = (r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}", "letters, digits, '.', '_' or '-' (at most 63)")
+# A Linux interface name (IFNAMSIZ 16: at most 15 characters, no '/', ':' or blanks), or auto.
+INTERFACE_PATTERN = (r"auto|[A-Za-z0-9_.@][A-Za-z0-9_.@-]{0,14}", "an interface name like eth0 or ib0, or auto")
+
+
+def _port(default: int, help: str) -> Spec:
+    return Spec("int", default, help, low=1, high=65535)
 
 
 # Dotted key -> Spec. This table is the schema; the dataclasses below mirror it.
 SCHEMA: dict[str, Spec] = {
-    "cluster": Spec("str", "kit", "cluster name: container names and labels derive from it"),
+    "cluster": Spec("str", "kit", "cluster name: container names and labels derive from it", pattern=NAME_PATTERN),
     "runtime": Spec("choice", "docker", "container runtime", ("docker", "apptainer")),
-    "image": Spec("str", "vllm/vllm-openai:v0.11.0", "Docker image reference, or a SIF path for apptainer"),
+    "image": Spec(
+        "str", "vllm/vllm-openai:v0.11.0", "Docker image reference, or a SIF path for apptainer", text="path"
+    ),
     "backend": Spec("choice", "ray", "multi-node backend: Ray, or vLLM's own (mp)", ("ray", "mp")),
     "accelerator": Spec("choice", "gpu", "gpu, or cpu (vLLM's CPU build; demo and tests)", ("gpu", "cpu")),
-    "nodes": Spec("int", 1, "number of nodes in the cluster"),
-    "gpus_per_node": Spec("int", 1, "GPUs per node (with accelerator=cpu: engine ranks per node)"),
+    "nodes": Spec("int", 1, "number of nodes in the cluster", low=1, high=16384),
+    "gpus_per_node": Spec("int", 1, "GPUs per node (with accelerator=cpu: engine ranks per node)", low=1, high=1024),
     "gpus": Spec("str", "all", "GPUs given to the container: 'all' or indices like '0,1'"),
     "head_address": Spec("str", None, "the head node's IP (required on workers)", optional=True),
     "node_ip": Spec("str", "auto", "this node's IPv4 address, or auto (route to the head / default route)"),
-    "interface": Spec("str", "auto", "network interface for NCCL/Gloo, or auto (the one carrying node_ip)"),
+    "interface": Spec(
+        "str",
+        "auto",
+        "network interface for NCCL/Gloo, or auto (the one carrying node_ip)",
+        pattern=INTERFACE_PATTERN,
+    ),
     "infiniband": Spec("choice", "auto", "pass /dev/infiniband, IPC_LOCK, memlock", ("auto", "on", "off")),
     "network": Spec(
-        "str", None, "Docker network for local multi-node simulation (instead of host networking)", optional=True
+        "str",
+        None,
+        "Docker network for local multi-node simulation (instead of host networking)",
+        optional=True,
+        pattern=NAME_PATTERN,
     ),
     "network_subnet": Spec("str", "172.30.77.0/24", "subnet of the simulation network; node k gets .(10+k)"),
-    "ports.ray_gcs": Spec("int", 6379, "Ray GCS port (head)"),
-    "ports.ray_client": Spec("int", 10001, "Ray client server port (head)"),
-    "ports.ray_dashboard": Spec("int", 8265, "Ray dashboard port (bound to loopback when enabled)"),
-    "ports.ray_node_manager": Spec("int", 6380, "raylet node manager port"),
-    "ports.ray_object_manager": Spec("int", 6381, "object manager port"),
-    "ports.ray_metrics_export": Spec("int", 6382, "metrics export port"),
-    "ports.ray_dashboard_agent_grpc": Spec("int", 6383, "dashboard agent gRPC port"),
-    "ports.ray_dashboard_agent_http": Spec("int", 6384, "dashboard agent HTTP port"),
-    "ports.ray_runtime_env_agent": Spec("int", 6385, "runtime env agent port"),
-    "ports.ray_min_worker": Spec("int", 11000, "lowest Ray worker port"),
-    "ports.ray_max_worker": Spec("int", 11999, "highest Ray worker port"),
-    "ports.api": Spec("int", 8000, "vLLM OpenAI API port"),
-    "ports.mp_master": Spec("int", 29500, "mp backend master port (torch.distributed rendezvous)"),
-    "ports.verify": Spec("int", 29512, "rendezvous port of `kit verify`'s collective probe (free while serving)"),
-    "ports.dp_rpc": Spec("int", 29550, "data-parallel RPC port on the head (--data-parallel-rpc-port; vLLM's default)"),
-    "model.id": Spec("str", "Qwen/Qwen2.5-7B-Instruct", "model id on the hub, or a path inside the HF cache mount"),
+    "ports.ray_gcs": _port(6379, "Ray GCS port (head)"),
+    "ports.ray_client": _port(10001, "Ray client server port (head)"),
+    "ports.ray_dashboard": _port(8265, "Ray dashboard port (bound to loopback when enabled)"),
+    "ports.ray_node_manager": _port(6380, "raylet node manager port"),
+    "ports.ray_object_manager": _port(6381, "object manager port"),
+    "ports.ray_metrics_export": _port(6382, "metrics export port"),
+    "ports.ray_dashboard_agent_grpc": _port(6383, "dashboard agent gRPC port"),
+    "ports.ray_dashboard_agent_http": _port(6384, "dashboard agent HTTP port"),
+    "ports.ray_runtime_env_agent": _port(6385, "runtime env agent port"),
+    "ports.ray_min_worker": _port(11000, "lowest Ray worker port"),
+    "ports.ray_max_worker": _port(11999, "highest Ray worker port"),
+    "ports.api": _port(8000, "vLLM OpenAI API port"),
+    "ports.mp_master": _port(29500, "mp backend master port (torch.distributed rendezvous)"),
+    "ports.verify": Spec(
+        "int", 29512, "rendezvous port of `kit verify`'s collective probe (free while serving)", low=1, high=65535
+    ),
+    "ports.dp_rpc": Spec(
+        "int", 29550, "data-parallel RPC port on the head (--data-parallel-rpc-port; vLLM's default)", low=1, high=65535
+    ),
+    "model.id": Spec(
+        "str", "Qwen/Qwen2.5-7B-Instruct", "model id on the hub, or a path inside the HF cache mount", text="path"
+    ),
     "model.served_name": Spec("str", None, "name clients use (default: the model id)", optional=True),
-    "model.tp": Spec("int_auto", "auto", "tensor parallel size, or auto (kit plan; = gpus_per_node without a model)"),
-    "model.pp": Spec("int_auto", "auto", "pipeline parallel size, or auto (kit plan; = nodes without a model)"),
+    "model.tp": Spec(
+        "int_auto",
+        "auto",
+        "tensor parallel size, or auto (kit plan; = gpus_per_node without a model)",
+        low=1,
+        high=1 << 20,
+    ),
+    "model.pp": Spec(
+        "int_auto", "auto", "pipeline parallel size, or auto (kit plan; = nodes without a model)", low=1, high=1 << 20
+    ),
     "model.dp": Spec(
-        "int_auto", 1, "data parallel size (engine replicas of TP×PP GPUs each), or auto = GPUs / (tp × pp)"
+        "int_auto",
+        1,
+        "data parallel size (engine replicas of TP×PP GPUs each), or auto = GPUs / (tp × pp)",
+        low=1,
+        high=1 << 20,
     ),
     "model.ep": Spec("bool", False, "expert parallelism for MoE layers (--enable-expert-parallel), over TP×DP GPUs"),
-    "model.max_model_len": Spec("int", None, "maximum context length", optional=True),
+    # vLLM reads --max-model-len -1 as auto: the longest context that fits (human_readable_int_or_auto).
+    "model.max_model_len": Spec(
+        "int",
+        None,
+        "maximum context length (-1: the longest that fits)",
+        optional=True,
+        low=1,
+        high=2**31 - 1,
+        special=(-1,),
+    ),
     "model.gpu_memory": Spec(
         "str", None, "GPU model or memory per GPU (H100-80GB, 40GiB) for tp/pp auto from `kit plan`", optional=True
     ),
-    "model.extra_args": Spec("list", [], "extra `vllm serve` arguments, as a list"),
-    "hf_cache": Spec("str", "~/.cache/huggingface", "host HF cache dir, mounted at the same path on every node"),
-    "hf_token_file": Spec(
-        "str", None, "file holding the HF token (mounted read-only; HF_TOKEN_PATH)", optional=True, secret=True
+    "model.extra_args": Spec("list", [], "extra `vllm serve` arguments, as a list", text="arg", high=1024),
+    "hf_cache": Spec(
+        "str", "~/.cache/huggingface", "host HF cache dir, mounted at the same path on every node", text="path"
     ),
-    "api_key_file": Spec("str", None, "file holding the API key for the server", optional=True, secret=True),
+    "hf_token_file": Spec(
+        "str",
+        None,
+        "file holding the HF token (mounted read-only; HF_TOKEN_PATH)",
+        optional=True,
+        secret=True,
+        text="path",
+    ),
+    "api_key_file": Spec(
+        "str", None, "file holding the API key for the server", optional=True, secret=True, text="path"
+    ),
     "ipc_host": Spec("bool", True, "share the host IPC namespace (--ipc=host); false uses shm_size"),
     "shm_size": Spec("size", "16g", "/dev/shm size when ipc_host is false (e.g. 10.24g)"),
-    "env": Spec("dict", {}, "extra environment for every node (never secrets: use the *_file keys)"),
-    "mounts": Spec("list", [], "extra mounts 'HOST:CONTAINER[:ro]'"),
-    "timeouts.join": Spec("int", 600, "seconds a worker keeps retrying to join the head / head waits for nodes"),
-    "timeouts.ready": Spec("int", 1800, "seconds to wait for the server to become healthy"),
-    "ray.temp_dir": Spec("str", "/tmp/ray", "Ray --temp-dir inside the container"),
+    "env": Spec(
+        "dict", {}, "extra environment for every node (never secrets: use the *_file keys)", text="env", high=1024
+    ),
+    "mounts": Spec("list", [], "extra mounts '/HOST:/CONTAINER[:ro]' (absolute host path)", text="mount", high=256),
+    "timeouts.join": Spec(
+        "int", 600, "seconds a worker keeps retrying to join the head / head waits for nodes", low=1, high=10_000_000
+    ),
+    "timeouts.ready": Spec("int", 1800, "seconds to wait for the server to become healthy", low=1, high=10_000_000),
+    "ray.temp_dir": Spec("str", "/tmp/ray", "Ray --temp-dir inside the container", text="path"),
     "ray.dashboard": Spec("bool", False, "start the Ray dashboard (on loopback only)"),
-    "apptainer.image_dir": Spec("str", "~/.local/share/kit/images", "where SIF files are written"),
-    "apptainer.cache_dir": Spec("str", None, "APPTAINER_CACHEDIR", optional=True),
-    "apptainer.tmp_dir": Spec("str", None, "APPTAINER_TMPDIR (needs room for the unpacked image)", optional=True),
+    "apptainer.image_dir": Spec("str", "~/.local/share/kit/images", "where SIF files are written", text="path"),
+    "apptainer.cache_dir": Spec("str", None, "APPTAINER_CACHEDIR", optional=True, text="path"),
+    "apptainer.tmp_dir": Spec(
+        "str", None, "APPTAINER_TMPDIR (needs room for the unpacked image)", optional=True, text="path"
+    ),
     "slurm.account": Spec("str", None, "#SBATCH --account", optional=True),
     "slurm.partition": Spec("str", None, "#SBATCH --partition", optional=True),
     "slurm.qos": Spec("str", None, "#SBATCH --qos", optional=True),
     "slurm.time": Spec("str", "01:00:00", "#SBATCH --time (walltime)"),
-    "slurm.cpus_per_task": Spec("int", None, "#SBATCH --cpus-per-task", optional=True),
+    "slurm.cpus_per_task": Spec("int", None, "#SBATCH --cpus-per-task", optional=True, low=1, high=100_000),
     "slurm.job_name": Spec("str", "kit-vllm", "#SBATCH --job-name"),
-    "slurm.output": Spec("str", "kit-%j.out", "#SBATCH --output"),
-    "slurm.error": Spec("str", "kit-%j.err", "#SBATCH --error"),
+    "slurm.output": Spec("str", "kit-%j.out", "#SBATCH --output", text="path"),
+    "slurm.error": Spec("str", "kit-%j.err", "#SBATCH --error", text="path"),
 }
 
 SECRET_ENV_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY", "OPENAI_API_KEY")
@@ -267,8 +335,6 @@ def env_name(key: str) -> str:
 ENV_TO_KEY = {env_name(k): k for k in SCHEMA}
 RESERVED_ENV = {"KIT_CONFIG", "KIT_STATE_DIR", "KIT_LOG_LEVEL"}
 
-_SIZE_RE = re.compile(r"^\d+(\.\d+)?[kmgt]?b?$", re.IGNORECASE)
-
 
 def _suggest(key: str, known: list[str]) -> str | None:
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
@@ -276,87 +342,29 @@ def _suggest(key: str, known: list[str]) -> str | None:
 
 
 def coerce(key: str, value: Any, source: str) -> Any:
-    """Check (and lightly convert) one value against the schema; raise ConfigError naming the key."""
+    """Check (and lightly convert) one value against the schema; raise ConfigError naming the key.
+    kit.validate checks every string (length, control characters, a leading '-') and every
+    number (its bounds): the one check every layer (file, env, flag) gets."""
     spec = SCHEMA[key]
     if value is None:
         if spec.optional:
             return None
         raise ConfigError("must not be empty", key=key, source=source, hint=f"set it or remove it ({spec.help})")
-    kind = spec.kind
-    bad = ConfigError(
-        f"expected {_KIND_WORDS[kind]}, got {type(value).__name__} {value!r}",
-        key=key,
-        source=source,
-        hint=spec.help,
-    )
-    if kind == "str":
-        if isinstance(value, (bool, list, dict)):
-            raise bad
-        return str(value)
-    if kind == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise bad
-        return value
-    if kind == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise bad
-        return float(value)
-    if kind == "bool":
-        if not isinstance(value, bool):
-            raise bad
-        return value
-    if kind == "int_auto":
-        if value == "auto":
-            return "auto"
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise bad
-        return value
-    if kind == "choice":
-        if value not in spec.choices:
-            raise ConfigError(
-                f"{value!r} is not one of {', '.join(spec.choices)}",
-                key=key,
-                source=source,
-                hint=f"use one of: {', '.join(spec.choices)}",
-            )
-        return value
-    if kind == "size":
-        if not _SIZE_RE.match(str(value)):
-            raise ConfigError(f"{value!r} is not a size", key=key, source=source, hint="write it like 16g or 10.24g")
-        return str(value)
-    if kind == "list":
-        if not isinstance(value, list) or not all(isinstance(v, (str, int, float)) for v in value):
-            raise bad
-        return [str(v) for v in value]
-    if kind == "dict":
-        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-            raise bad
-        return {k: ("" if v is None else str(v)) for k, v in value.items()}
-    raise AssertionError(kind)  # pragma: no cover
+    try:
+        return validate.config_value(spec, value)
+    except validate.Invalid as exc:
+        raise ConfigError(exc.message, key=key, source=source, hint=exc.hint) from None
 
 
-_KIND_WORDS = {
-    "str": "a string",
-    "int": "an integer",
-    "float": "a number",
-    "bool": "true or false",
-    "int_auto": "an integer or auto",
-    "choice": "one of the listed choices",
-    "size": "a size like 16g",
-    "list": "a list of strings",
-    "dict": "a mapping of NAME: value",
-}
+# Keys whose values are strings (or lists/mappings of strings): YAML gives them the text the
+# user wrote, never YAML 1.1's reading of it (1:00:00 is not 3600, no is not False).
+_TEXT_KINDS = ("str", "choice", "size", "list", "dict")
 
 
 def _flatten_yaml(text: str, path: str) -> dict[str, tuple[Any, str]]:
-    """Parse YAML and flatten it to dotted keys, each with 'file:line' as its source."""
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        line = exc.problem_mark.line + 1 if exc.problem_mark else 0
-        raise ConfigError(
-            f"invalid YAML: {exc.problem}", source=f"{path}:{line}", hint="fix the YAML syntax on that line"
-        ) from None
+    """Parse YAML and flatten it to dotted keys, each with 'file:line' as its source.
+    Bounded (kit.safeload): depth, size, aliases and tags are checked before any value is built."""
+    root = safeload.compose_yaml(text, source=path)
     if root is None:
         return {}
     if not isinstance(root, yaml.MappingNode):
@@ -364,15 +372,30 @@ def _flatten_yaml(text: str, path: str) -> dict[str, tuple[Any, str]]:
     out: dict[str, tuple[Any, str]] = {}
     sections = {k.split(".")[0] for k in SCHEMA if "." in k}
     known = list(SCHEMA) + sorted(sections)
-    constructor = yaml.SafeLoader("")
 
     def walk(node: yaml.MappingNode, prefix: str) -> None:
         for key_node, value_node in node.value:
-            key = f"{prefix}{key_node.value}"
             where = f"{path}:{key_node.start_mark.line + 1}"
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise ConfigError(
+                    f"a key must be a plain name (under {prefix or 'the top level'})",
+                    source=where,
+                    hint="write keys as names, like `nodes: 2`",
+                )
+            name = validate.preview(key_node.value) if len(key_node.value) > 64 else key_node.value
+            key = f"{prefix}{name}"
             if key in SCHEMA:
-                out[key] = (constructor.construct_object(value_node, deep=True), where)
-            elif key in sections and isinstance(value_node, yaml.MappingNode):
+                as_text = SCHEMA[key].kind in _TEXT_KINDS
+                out[key] = (safeload.yaml_value(value_node, source=where, as_text=as_text), where)
+            elif key in sections:
+                if not isinstance(value_node, yaml.MappingNode):
+                    example = next(k for k in SCHEMA if k.startswith(key + ".")).split(".", 1)[1]
+                    raise ConfigError(
+                        f"expected a mapping of {key}.* keys, got {_node_word(value_node)}",
+                        key=key,
+                        source=where,
+                        hint=f"write it as a block, e.g. `{key}:` then `  {example}: …` on the next line",
+                    )
                 walk(value_node, key + ".")
             else:
                 guess = _suggest(key, known)
@@ -385,6 +408,12 @@ def _flatten_yaml(text: str, path: str) -> dict[str, tuple[Any, str]]:
 
     walk(root, "")
     return out
+
+
+def _node_word(node: yaml.Node) -> str:
+    if isinstance(node, yaml.SequenceNode):
+        return "a list"
+    return f"the value {validate.preview(node.value)}" if isinstance(node, yaml.ScalarNode) else "a value"
 
 
 def _from_env(environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
@@ -400,7 +429,7 @@ def _from_env(environ: Mapping[str, str]) -> dict[str, tuple[Any, str]]:
             if guess:
                 raise ConfigError("unknown variable", source=f"env {name}", hint=f"did you mean {guess}?")
             continue
-        out[key] = (parse_scalar(key, raw), f"env {name}")
+        out[key] = (parse_scalar(key, raw, f"env {name}"), f"env {name}")
     return out
 
 
@@ -417,14 +446,17 @@ def _one_typo_apart(a: str, b: str) -> bool:
     return any(long_[:i] + long_[i + 1 :] == short for i in range(len(long_)))
 
 
-def parse_scalar(key: str, raw: str) -> Any:
-    """Parse a string from the environment or a flag into the key's type (YAML syntax for lists/maps)."""
+def parse_scalar(key: str, raw: str, source: str = "") -> Any:
+    """Parse a string from the environment or a flag into the key's type (YAML syntax for lists/maps),
+    bounded like kit.yaml. Text that is not YAML stays a string for the type check to refuse."""
     kind = SCHEMA[key].kind
     if kind in ("str", "choice", "size"):
         return raw
+    if raw == "":
+        return None
     try:
-        return yaml.safe_load(raw) if raw != "" else None
-    except yaml.YAMLError:
+        return safeload.loads_yaml(raw, source=source or key, as_text=kind in _TEXT_KINDS)
+    except safeload.YAMLSyntaxError:
         return raw
 
 
@@ -451,14 +483,7 @@ def load_config(
     cfg_path = find_config_path(path, environ, cwd or Path.cwd())
     layers: list[dict[str, tuple[Any, str]]] = []
     if cfg_path is not None:
-        try:
-            text = cfg_path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(
-                f"cannot read config file: {exc.strerror}",
-                source=str(cfg_path),
-                hint="pass an existing file with --config or KIT_CONFIG",
-            ) from None
+        text = safeload.read_text(cfg_path, max_bytes=safeload.MAX_YAML_BYTES, what="config file")
         layers.append(_flatten_yaml(text, str(cfg_path)))
     layers.append(_from_env(environ))
     layers.append(dict(overrides or {}))

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.errors import ImageError, ImageRefError, UsageError
+from kit.validate import preview
 
 # ---- image references ---------------------------------------------------------------------
 
@@ -53,7 +54,7 @@ def parse_ref(ref: str) -> ImageRef:
     match = _REF_RE.match(text)
     if not text or match is None:
         raise ImageRefError(
-            f"malformed image reference {ref!r}",
+            f"malformed image reference {preview(ref)}",
             hint="use [REGISTRY[:PORT]/]NAME[:TAG][@sha256:DIGEST], lowercase name, e.g. vllm/vllm-openai:v0.32.0",
         )
     tag, digest = match.group("tag"), match.group("digest")

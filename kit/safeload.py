@@ -1,6 +1,7 @@
-"""Loaders for files a user hands kit (config.json, datasets, saved results): bounded so that no
-input can blow them up (issue 16: a 100,000-deep nesting raised RecursionError, a /dev/zero never
-ended). Every failure is one ConfigError naming the file (and line when known), exit 3.
+"""Loaders for files a user hands kit (kit.yaml, config.json, datasets, saved results): bounded so
+that no input can blow them up (issue 16: a 100,000-deep nesting raised RecursionError, a
+/dev/zero never ended, a YAML alias bomb filled memory). Every failure is one ConfigError naming
+the file (and line when known), exit 3.
 """
 
 from __future__ import annotations
@@ -10,10 +11,22 @@ import stat
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from kit.errors import ConfigError
 
 MAX_DEPTH = 64  # real configs and datasets nest a handful of levels
 MAX_FILE_BYTES = 64 * 1024 * 1024  # a model's config.json is kB; a bench dataset a few MB
+# kit.yaml (and YAML-valued KIT_* variables and --set values): a real one is a few hundred
+# bytes, nests three levels (model: extra_args: [...]) and holds tens of nodes.
+MAX_YAML_BYTES = 256 * 1024
+MAX_YAML_DEPTH = 16
+MAX_YAML_EVENTS = 50_000  # parser events: bounds yaml.compose's work and memory
+MAX_YAML_NODES = 10_000  # nodes of one value once its aliases are expanded
+_TAG = "tag:yaml.org,2002:"
+# The tags YAML's own resolver gives plain values; anything else (!!python/..., !!binary,
+# !!set, local !tags) is refused before a constructor runs.
+YAML_TAGS = {_TAG + t for t in ("null", "bool", "int", "float", "str", "seq", "map", "timestamp")}
 
 
 def json_depth_ok(text: str, max_depth: int = MAX_DEPTH) -> bool:
@@ -94,3 +107,141 @@ def load_json_file(
     path: str | Path, *, max_depth: int = MAX_DEPTH, max_bytes: int = MAX_FILE_BYTES, what: str = "file"
 ) -> Any:
     return loads_json(read_text(path, max_bytes=max_bytes, what=what), source=str(path), max_depth=max_depth)
+
+
+# --- YAML ---------------------------------------------------------------------------------
+
+
+class YAMLSyntaxError(ConfigError):
+    """Text that is not YAML (a KIT_* value that is not YAML stays a plain string instead)."""
+
+
+def compose_yaml(text: str, *, source: str, lines: bool = True) -> yaml.Node | None:
+    """The node graph of one YAML document, no Python object built yet. A streaming pass over the
+    parser's events (the parser keeps an explicit stack) refuses deep nesting and huge documents
+    first, because yaml.compose recurses once per level. `lines`: errors name source:LINE (a file;
+    not a one-line environment variable)."""
+
+    def at(mark: Any) -> str:
+        return f"{source}:{_line(mark)}" if lines and mark is not None else source
+
+    try:
+        depth = 0
+        for events, event in enumerate(yaml.parse(text, Loader=yaml.SafeLoader), 1):
+            if events > MAX_YAML_EVENTS:
+                raise ConfigError(
+                    f"holds more than {MAX_YAML_EVENTS} YAML nodes",
+                    source=at(event.start_mark),
+                    hint="a kit config is a few dozen keys; pass the real one",
+                )
+            if isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > MAX_YAML_DEPTH:
+                    raise ConfigError(
+                        f"nested deeper than {MAX_YAML_DEPTH} levels",
+                        source=at(event.start_mark),
+                        hint="kit's keys nest at most three levels",
+                    )
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+        return yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        raise YAMLSyntaxError(
+            f"invalid YAML: {exc.problem or exc.context}",
+            source=at(exc.problem_mark or exc.context_mark),
+            hint="fix the YAML syntax on that line",
+        ) from None
+    except yaml.YAMLError as exc:  # a ReaderError: a control character in the text
+        message = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+        raise YAMLSyntaxError(f"invalid YAML: {message}", source=source, hint="save it as plain UTF-8 text") from None
+
+
+def _line(mark: Any) -> int:
+    return int(mark.line) + 1 if mark is not None else 0
+
+
+def yaml_value(node: yaml.Node, *, source: str, as_text: bool = False) -> Any:
+    """The Python value of a composed node. Refused before anything is constructed: aliases that
+    expand past MAX_YAML_NODES nodes or MAX_YAML_DEPTH levels (a "billion laughs"), an alias
+    that contains itself, and tags other than YAML's plain ones. A tagged scalar that does not
+    convert (!!int "abc") is one error. With as_text, scalars keep the text the user wrote
+    (null stays None): string-valued keys get `01:00` and `no`, not YAML 1.1's 60 and False."""
+    _check_expansion(node, source)
+    if as_text:
+        return _as_text(node)
+    try:
+        return yaml.SafeLoader("").construct_object(node, deep=True)
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError) as exc:
+        tag = node.tag.removeprefix(_TAG) if isinstance(node, yaml.ScalarNode) else None
+        what = f"not a valid !!{tag}" if tag else type(exc).__name__
+        raise ConfigError(f"cannot read the value ({what})", source=source, hint="write a plain value") from None
+
+
+def loads_yaml(text: str, *, source: str, as_text: bool = False) -> Any:
+    """One YAML value from a string (a KIT_* variable, a --set value), bounded like kit.yaml."""
+    if len(text) > MAX_YAML_BYTES:
+        raise ConfigError(f"is {len(text)} characters long; kit reads at most {MAX_YAML_BYTES}", source=source)
+    node = compose_yaml(text, source=source, lines=False)
+    return None if node is None else yaml_value(node, source=source, as_text=as_text)
+
+
+def _as_text(node: yaml.Node) -> Any:
+    if isinstance(node, yaml.ScalarNode):
+        return None if node.tag == _TAG + "null" else str(node.value)
+    if isinstance(node, yaml.SequenceNode):
+        return [_as_text(item) for item in node.value]
+    if isinstance(node, yaml.MappingNode):
+        return {_key_text(k): _as_text(v) for k, v in node.value}
+    raise AssertionError(node)  # pragma: no cover
+
+
+def _key_text(node: yaml.Node) -> Any:
+    # A non-scalar key ({[a]: b}) stays a list, which the schema check then refuses by type.
+    return _as_text(node) if isinstance(node, yaml.ScalarNode) else [_as_text(node)]
+
+
+def _check_expansion(root: yaml.Node, source: str) -> None:
+    """Walk the node graph with memoised sizes: each node is visited once however many aliases
+    point at it, and the walk stops as soon as a limit is passed, so the recursion stays within
+    MAX_YAML_DEPTH levels and the work within the graph's size."""
+    done: dict[int, tuple[int, int]] = {}  # id(node) -> (height, expanded node count)
+    active: set[int] = set()
+
+    def refuse(message: str) -> ConfigError:
+        return ConfigError(message, source=source, hint="write the value out plainly, without aliases or tags")
+
+    def walk(node: yaml.Node, depth: int) -> tuple[int, int]:
+        key = id(node)
+        if key in active:
+            raise refuse("an alias refers to a value that contains it")
+        if key in done:
+            height, count = done[key]
+        else:
+            if node.tag not in YAML_TAGS:
+                raise refuse(f"the YAML tag {_short_tag(node.tag)} is not allowed")
+            if depth > MAX_YAML_DEPTH:
+                raise refuse(f"nested deeper than {MAX_YAML_DEPTH} levels once its aliases are expanded")
+            children: list[yaml.Node] = []
+            if isinstance(node, yaml.SequenceNode):
+                children = list(node.value)
+            elif isinstance(node, yaml.MappingNode):
+                children = [part for pair in node.value for part in pair]
+            active.add(key)
+            height, count = 0, 1
+            for child in children:
+                child_height, child_count = walk(child, depth + 1)
+                height, count = max(height, child_height + 1), count + child_count
+                if count > MAX_YAML_NODES:
+                    raise refuse(f"expands to more than {MAX_YAML_NODES} YAML nodes through its aliases")
+            active.discard(key)
+            done[key] = (height, count)
+        if depth + height > MAX_YAML_DEPTH:
+            raise refuse(f"nested deeper than {MAX_YAML_DEPTH} levels once its aliases are expanded")
+        return height, count
+
+    walk(root, 1)
+
+
+def _short_tag(tag: str) -> str:
+    short = "!!" + tag.removeprefix(_TAG) if tag.startswith(_TAG) else tag
+    return repr(short if len(short) <= 40 else short[:36] + "…")

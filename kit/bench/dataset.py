@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kit import safeload
 from kit.errors import ConfigError
 
 # Plain lower-case English words: one BPE token each in most vocabularies.
@@ -113,23 +114,23 @@ def _from_entry(entry: Any, path: Path, line: int | None, default_output: int) -
 
 
 def _json(text: str, path: Path, line: int | None) -> Any:
+    if not safeload.json_depth_ok(text):  # json.loads recurses once per level
+        raise _bad(path, line, "not valid JSON (nested too deeply)")
     try:
         return json.loads(text)
     except ValueError as exc:
         where = line or getattr(exc, "lineno", None)
         raise _bad(path, where, f"not valid JSON ({getattr(exc, 'msg', exc)})") from None
-    except RecursionError:  # '[[[[…' thousands deep: the parser recurses once per level
-        raise _bad(path, line, "not valid JSON (nested too deeply)") from None
 
 
 def load_file(path: Path, num: int | None, default_output: int, seed: int = 0) -> list[Prompt]:
-    """JSONL (one object a line) or a JSON list (ShareGPT); `num` prompts, cycling if needed."""
+    """JSONL (one object a line) or a JSON list (ShareGPT); `num` prompts, cycling if needed.
+    Read with kit.safeload's bounds: a regular UTF-8 file of at most 64 MB (a FIFO or /dev/zero
+    is refused, not read forever)."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise _bad(path, None, f"cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise _bad(path, None, "not UTF-8 text") from None
+        text = safeload.read_text(path, what="dataset")
+    except ConfigError as err:
+        raise ConfigError(err.message, key="--dataset", hint=err.hint) from None
     entries: list[Prompt] = []
     if text.lstrip().startswith("["):
         entries = [_from_entry(e, path, None, default_output) for e in _json(text, path, None)]

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kit import __version__
+from kit import __version__, safeload
 from kit.errors import ConfigError, KitError
 
 KIND = "kit-bench"
@@ -96,13 +96,10 @@ def load(path: Path, flag: str = "--compare") -> dict[str, Any]:
     """A saved results document (or `kit bench --json` output), checked: every bad file is one
     ConfigError naming the file and what is wrong, never a KeyError later."""
     hint = "pass a results file that `kit bench` or `kit tune` saved"
-    try:
-        doc = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}", key=flag) from None
-    except (ValueError, RecursionError) as exc:  # RecursionError: JSON nested thousands deep
-        what = "nested too deeply" if isinstance(exc, RecursionError) else exc
-        raise ConfigError(f"{path} is not JSON ({what})", key=flag, hint=hint) from None
+    try:  # bounded: a FIFO, /dev/zero or JSON nested thousands deep is one error, not a hang
+        doc = safeload.load_json_file(path, what="results file")
+    except ConfigError as err:
+        raise ConfigError(err.message, key=flag, hint=err.hint or hint) from None
     if isinstance(doc, dict) and doc.get("command") == "bench" and isinstance(doc.get("result"), dict):
         doc = doc["result"]  # a saved `kit bench --json` envelope
     problem = invalid(doc)

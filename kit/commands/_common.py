@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from kit import netinfo
+from kit import netinfo, validate
 from kit.config import SCHEMA, KitConfig, Resolved, load_config, parse_scalar
 from kit.errors import ConfigError, UsageError
 from kit.plan.facts import HostFacts, Role
@@ -53,24 +53,25 @@ def overrides_from(
     for item in set_values:
         key, sep, raw = item.partition("=")
         if not sep:
-            raise UsageError(f"--set {item!r} must look like KEY=VALUE", hint="e.g. --set model.tp=4")
+            raise UsageError(f"--set {validate.preview(item)} must look like KEY=VALUE", hint="e.g. --set model.tp=4")
         if key not in SCHEMA:
             import difflib
 
             guess = difflib.get_close_matches(key, list(SCHEMA), n=1)
+            shown = key if len(key) <= 64 else validate.preview(key)
             raise ConfigError(
                 "unknown key",
-                key=key,
-                source=f"flag --set {key}",
+                key=shown,
+                source=f"flag --set {shown}",
                 hint=f"did you mean '{guess[0]}'?" if guess else "see `kit config show`",
             )
-        out[key] = (parse_scalar(key, raw), f"flag --set {key}")
+        out[key] = (parse_scalar(key, raw, f"flag --set {key}"), f"flag --set {key}")
     for flag, key in mapping.items():
         value = flags.get(flag)
         if value is None or value == ():
             continue
         if isinstance(value, str) and SCHEMA[key].kind not in ("str", "choice", "size"):
-            value = parse_scalar(key, value)
+            value = parse_scalar(key, value, f"flag --{flag.replace('_', '-')}")
         out[key] = (value, f"flag --{flag.replace('_', '-')}")
     return out
 
@@ -120,7 +121,7 @@ def _cluster_layout(cfg: KitConfig, arch: Architecture) -> tuple[int, int]:
             arch,
             gpu_memory_bytes=sizing.gpu_memory_bytes(cfg.model.gpu_memory, key="model.gpu_memory"),
             gpus_per_node=cfg.gpus_per_node,
-            max_model_len=cfg.model.max_model_len,
+            max_model_len=cfg.model.max_model_len if (cfg.model.max_model_len or 0) > 0 else None,  # -1: auto
             nodes=cfg.nodes,
         )
         tp, pp = rec.tp, rec.pp
@@ -164,11 +165,12 @@ def auto_data_parallel(resolved: Resolved) -> Resolved:
 
 
 def absolutize(resolved: Resolved) -> Resolved:
-    """Host paths are expanded (~, relative) once, here, so plans carry absolute paths."""
+    """Host paths are expanded (~, relative) once, here, so plans carry absolute paths. A mount's
+    host path is absolute or under ~ already (kit.validate refuses a relative one)."""
     cfg = resolved.config
 
     def host_path(p: str | None) -> str | None:
-        return None if p is None else str(Path(os.path.expanduser(p)).resolve())
+        return None if p is None else os.path.realpath(os.path.expanduser(p))
 
     mounts = []
     for m in cfg.mounts:
@@ -184,15 +186,31 @@ def absolutize(resolved: Resolved) -> Resolved:
 
 
 def check_secret_files(config: KitConfig, sources: Mapping[str, str]) -> None:
-    """Secret files must exist and be files; kit never reads their content here."""
+    """Secret files must be regular files this user can read (the container runtime reads them
+    as this user: Apptainer binds them, Docker mounts them); kit never reads their content here."""
     for key in ("hf_token_file", "api_key_file"):
         path = getattr(config, key)
-        if path and not Path(path).is_file():
+        if not path:
+            continue
+        try:
+            validate.readable_file(path)
+        except validate.Invalid as exc:
             raise ConfigError(
-                f"{path} does not exist or is not a file",
-                key=key,
-                source=sources.get(key),
-                hint="create the file (mode 600) or unset the key",
+                exc.message, key=key, source=sources.get(key), hint="create the file (mode 600) or unset the key"
+            ) from None
+
+
+def check_mounts(config: KitConfig, sources: Mapping[str, str]) -> None:
+    """Every extra mount's host path exists on this host (Docker would create a missing one,
+    owned by root and empty, and the container would start on nothing)."""
+    for item in config.mounts:
+        host = item.split(":", 1)[0]
+        if not os.path.exists(host):
+            raise ConfigError(
+                f"the host path {host} of mount {validate.preview(item)} does not exist",
+                key="mounts",
+                source=sources.get("mounts"),
+                hint="create it, or fix the path (mounts are '/host/path:/container/path[:ro]')",
             )
 
 

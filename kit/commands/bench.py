@@ -4,7 +4,9 @@ throughput the way `vllm bench serve` computes them; save, compare and plot resu
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import shlex
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,12 +18,20 @@ from kit.bench.measure import Load
 from kit.bench.runner import MAX_IN_FLIGHT, Target
 from kit.bench.schedule import sweep
 from kit.commands._common import config_options, json_option, resolve_cluster
+from kit.commands._params import Count, KitCommand, Number, Url, readable, writable
 from kit.config import KitConfig
 from kit.errors import ConfigError, UsageError
 from kit.output import emit, progress
 
 if TYPE_CHECKING:
     from kit.runtime.base import Runtime
+
+# Bounds of a load (issue 16: -n 100000000 built every prompt up front and ran out of memory).
+# vLLM's own benchmarks use -n in the thousands; prompts are words of ~5 bytes.
+MAX_PROMPTS = 100_000
+MAX_INPUT_LEN = 1_000_000
+MAX_OUTPUT_LEN = 10_000_000
+MAX_PROMPT_WORDS = 20_000_000
 
 
 def load_options(func: Any) -> Any:
@@ -34,10 +44,31 @@ def load_options(func: Any) -> Any:
             metavar="fixed|random|FILE",
             help="Fixed lengths, random lengths (--range-ratio), or a JSONL / ShareGPT JSON file.",
         ),
-        click.option("--num-prompts", "-n", type=int, default=16, show_default=True, help="Requests per load point."),
-        click.option("--input-len", type=int, default=32, show_default=True, help="Prompt length in words (~tokens)."),
-        click.option("--output-len", type=int, default=32, show_default=True, help="Tokens to generate per request."),
-        click.option("--range-ratio", type=float, default=0.5, show_default=True, help="--dataset random: ± spread."),
+        click.option(
+            "--num-prompts",
+            "-n",
+            type=Count(1, MAX_PROMPTS),
+            default=16,
+            show_default=True,
+            help=f"Requests per load point (at most {MAX_PROMPTS}).",
+        ),
+        click.option(
+            "--input-len",
+            type=Count(1, MAX_INPUT_LEN),
+            default=32,
+            show_default=True,
+            help="Prompt length in words (~tokens).",
+        ),
+        click.option(
+            "--output-len",
+            type=Count(1, MAX_OUTPUT_LEN),
+            default=32,
+            show_default=True,
+            help="Tokens to generate per request.",
+        ),
+        click.option(
+            "--range-ratio", type=Number(0, 1), default=0.5, show_default=True, help="--dataset random: ± spread."
+        ),
         click.option("--rate", help="Request rate(s) per second, Poisson arrivals; e.g. 1,2,inf (default inf)."),
         click.option(
             "--concurrency",
@@ -45,16 +76,30 @@ def load_options(func: Any) -> Any:
             help=f"Max requests in flight (at most {MAX_IN_FLIGHT}); a sweep like 1,2,4 (default 1; "
             f"with --rate, no limit, so -n must then be {MAX_IN_FLIGHT} or less).",
         ),
-        click.option("--burstiness", type=float, default=1.0, show_default=True, help="Gamma shape (1 = Poisson)."),
-        click.option("--warmup", type=int, default=1, show_default=True, help="Untimed requests before measuring."),
-        click.option("--seed", type=int, default=0, show_default=True),
+        click.option(
+            "--burstiness",
+            type=Number(0, 1000, above=True),
+            default=1.0,
+            show_default=True,
+            help="Gamma shape (1 = Poisson).",
+        ),
+        click.option(
+            "--warmup", type=Count(0, 1000), default=1, show_default=True, help="Untimed requests before measuring."
+        ),
+        click.option("--seed", type=Count(0, 2**63 - 1), default=0, show_default=True),
         click.option(
             "--ignore-eos/--no-ignore-eos",
             default=True,
             show_default=True,
             help="Generate exactly --output-len tokens.",
         ),
-        click.option("--request-timeout", type=float, default=600, show_default=True, help="Seconds per request."),
+        click.option(
+            "--request-timeout",
+            type=Number(0, 7 * 86400, above=True),
+            default=600,
+            show_default=True,
+            help="Seconds per request.",
+        ),
         click.option(
             "--api-key-file", type=click.Path(dir_okay=False), help="File holding the API key (config: api_key_file)."
         ),
@@ -65,10 +110,20 @@ def load_options(func: Any) -> Any:
 
 
 def build_load(flags: dict[str, Any]) -> Load:
+    """Every load flag checked and the prompts built, before any request: nothing here talks to
+    a server. The prompts are built up front, so their size is capped (-n × --input-len words)."""
     num, out_len = flags["num_prompts"], flags["output_len"]
     if num < 1 or out_len < 1 or flags["input_len"] < 1:
         raise UsageError("--num-prompts, --input-len and --output-len must be at least 1")
     kind = flags["dataset"]
+    words = num * flags["input_len"] * (1 + flags["range_ratio"] if kind == "random" else 1)
+    if kind in ("fixed", "random") and words > MAX_PROMPT_WORDS:
+        raise ConfigError(
+            f"-n {num} prompts of --input-len {flags['input_len']} words would be {int(words)} words; "
+            f"kit bench builds at most {MAX_PROMPT_WORDS} up front",
+            key="--num-prompts",
+            hint="lower -n or --input-len",
+        )
     prompts: list[Prompt]
     if kind == "fixed":
         prompts = dataset.fixed(num, flags["input_len"], out_len, seed=flags["seed"])
@@ -102,6 +157,14 @@ def build_load(flags: dict[str, Any]) -> Load:
         burstiness=flags["burstiness"],
         description=description,
     )
+
+
+def has_matplotlib() -> bool:
+    """Whether --plot can work, found without importing it: importing matplotlib writes its
+    config folder under $HOME, and a refused command must write nothing."""
+    if "matplotlib" in sys.modules:
+        return sys.modules["matplotlib"] is not None
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def served_layout(script: str) -> dict[str, Any]:
@@ -221,8 +284,8 @@ def resolve_target(
     return target, key
 
 
-@click.command(name="bench")
-@click.option("--url", help="Server URL (default: the cluster's head, port ports.api).")
+@click.command(name="bench", cls=KitCommand)
+@click.option("--url", type=Url(), help="Server URL (default: the cluster's head, port ports.api).")
 @click.option("--model", help="Model name to load (default: the first one the server lists).")
 @load_options
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), help="Where to save the results JSON.")
@@ -294,23 +357,24 @@ def command(
             )
         from kit.bench.plot import plot
 
+        writable(plot_path, "--plot")
         docs = [results.load(p, "--from") for p in from_files]
         plot(docs, [p.stem for p in from_files], plot_path)
         emit("bench", {"plot": str(plot_path)}, as_json=as_json, text=f"wrote {plot_path}")
         return
-    if plot_path:  # fail before the run, not after it, when matplotlib is missing
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise UsageError(
-                "--plot needs matplotlib, which is not installed",
-                hint="pip install 'kit[plot]' (or pip install matplotlib)",
-            ) from None
+    if plot_path and not has_matplotlib():  # fail before the run, not after it
+        raise UsageError(
+            "--plot needs matplotlib, which is not installed",
+            hint="pip install 'kit[plot]' (or pip install matplotlib)",
+        )
     from kit.bench import measure
     from kit.output import LiveLine
     from kit.state import state_dir
 
     load = build_load(flags)  # a malformed dataset fails here, before any request
+    writable(None if no_save else output, "--output")  # and an unwritable output file
+    writable(plot_path, "--plot")
+    readable(api_key_file, "--api-key-file")
     config = resolve_cluster(config_path, cluster, set_values).config
     target, key = resolve_target(config, url, api_key_file, model, flags)
     version = measure.server_version(target.base_url, key)

@@ -19,12 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from kit import resources
+from kit import resources, validate
 from kit.commands._common import config_options, json_option, overrides_from, resolve
+from kit.commands._params import KitCommand
 from kit.config import KitConfig
-from kit.errors import ImageError, RuntimeUnavailable, UsageError
+from kit.errors import ConfigError, ImageError, RuntimeUnavailable, UsageError
 from kit.images import ContextPlan, PullProgress, build_image_id, build_step_line, plan_build_context
 from kit.output import emit, is_tty, progress
+from kit.plan.topology import is_image_ref
 from kit.state import images_file, record_image
 
 if TYPE_CHECKING:
@@ -52,7 +54,7 @@ def docker_runtime() -> DockerRuntime:
     return DockerRuntime()
 
 
-@click.command(name="build", help=HELP)
+@click.command(name="build", help=HELP, cls=KitCommand)
 @click.argument("name", required=False)
 @click.option("--tag", "-t", help="Image tag to build (default: see above).")
 @click.option("--base-image", metavar="IMAGE", help="Base image (cpu: BASE_IMAGE; vllm: the vLLM repository).")
@@ -107,6 +109,7 @@ def command(
     resolved = resolve(config_path, overrides_from(flags, {"runtime": "runtime", "cluster": "cluster"}, set_values))
     config = resolved.config
     name = name or ("cpu" if config.accelerator == "cpu" else "vllm")
+    check_names(name, tag, base_image)
     if config.runtime == "apptainer":
         result = build_apptainer(config, name, tag=tag, vllm_tag=vllm_tag, source=source, sif=sif, as_json=as_json)
         emit("build", result, as_json=as_json, text=lambda: f"{result.get('path')}\n  digest: {result.get('digest')}")
@@ -136,8 +139,27 @@ def parse_build_args(items: tuple[str, ...]) -> dict[str, str]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise UsageError(f"--build-arg {item!r} must look like KEY=VALUE", hint="e.g. RAY_VERSION=2.60.0")
+        try:
+            validate.env_name(key)
+        except validate.Invalid as exc:
+            raise ConfigError(exc.message, key="--build-arg", hint="an ARG name: letters, digits and '_'") from None
         out[key] = value
     return out
+
+
+def check_names(name: str, tag: str | None, base_image: str | None) -> None:
+    """The image folder and the references `docker build` gets, before anything is assembled."""
+    if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,62}", name) or ".." in name:
+        raise ConfigError(
+            f"{validate.preview(name)} is not an image folder name",
+            key="NAME",
+            hint="e.g. cpu or vllm (see containers/)",
+        )
+    for flag, ref in (("--tag", tag), ("--base-image", base_image)):
+        if ref is not None and not is_image_ref(ref):
+            raise ConfigError(
+                f"{validate.preview(ref)} is not a valid image reference", key=flag, hint="e.g. kit/vllm-cpu:0.32.0"
+            )
 
 
 def render_plan(plan: ContextPlan) -> str:

@@ -7,11 +7,12 @@ from typing import Any
 import click
 
 from kit.commands._common import config_options, json_option, resolve_cluster
+from kit.commands._params import KitGroup
 from kit.config import SCHEMA, redacted_value
 from kit.output import emit, table
 
 
-@click.group(name="config")
+@click.group(name="config", cls=KitGroup)
 def command() -> None:
     """Inspect kit's configuration (defaults < kit.yaml < KIT_* environment < flags)."""
 

@@ -4,6 +4,7 @@ tiny model with vLLM (TP=2 across them), answer an OpenAI-style request, and are
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import secrets
 import shutil
@@ -16,13 +17,15 @@ import click
 
 from kit import client, resources
 from kit.commands._common import absolutize, json_option
+from kit.commands._params import Count, KitCommand
 from kit.commands.serve import serve_cluster
 from kit.commands.status import collect, render
 from kit.commands.up import plan_up, start_node
 from kit.config import load_config
-from kit.errors import ImageError
+from kit.errors import ConfigError, ImageError
 from kit.output import emit, progress
 from kit.plan.facts import HEAD, Role
+from kit.plan.topology import check_image
 from kit.runtime.docker import DockerRuntime
 from kit.state import state_dir
 
@@ -162,6 +165,30 @@ def free_subnet(used: list[str]) -> str:
     raise ImageError("no free 172.30.x.0/24 subnet for the demo network", hint="pass --subnet")
 
 
+def check_settings(*, cluster: str, image: str, subnet: str | None, gpus: bool) -> None:
+    """The demo's settings checked like any kit.yaml before the first build or container: the
+    same config it will load, with a stand-in subnet until a free one is picked."""
+    if subnet is not None:
+        try:
+            net = ipaddress.ip_network(subnet, strict=False)
+        except ValueError:
+            raise ConfigError(
+                f"{subnet!r} is not a subnet", key="--subnet", hint="e.g. --subnet 172.30.9.0/24"
+            ) from None
+        if net.version != 4 or net.prefixlen > 28:
+            raise ConfigError(f"{subnet} is not an IPv4 /28 or wider", key="--subnet", hint="e.g. 172.30.9.0/24")
+    overrides = demo_settings(
+        cluster=cluster,
+        image=image,
+        hf_cache=state_dir() / "demo-hf",
+        api_key_file=state_dir() / "demo-api-key",
+        subnet=subnet or "172.30.0.0/24",
+        gpus=gpus,
+    )
+    resolved = load_config(environ={}, cwd=Path("/nonexistent"), overrides=overrides)
+    check_image(resolved.config, resolved.sources)
+
+
 def ensure_api_key(path: Path) -> None:
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -170,7 +197,7 @@ def ensure_api_key(path: Path) -> None:
             f.write(secrets.token_urlsafe(24))
 
 
-@click.command(name="demo")
+@click.command(name="demo", cls=KitCommand, free_text=("prompt",))
 @click.option(
     "--keep", is_flag=True, help="Leave the cluster running (remove it later with `kit down --cluster demo`)."
 )
@@ -186,7 +213,7 @@ def ensure_api_key(path: Path) -> None:
 @click.option("--subnet", help="Subnet of the demo's Docker network (default: a free 172.30.x.0/24).")
 @click.option("--prepare-only", is_flag=True, help="Only build/reuse the image and the model, then stop.")
 @click.option("--prompt", default="Tell me about multi-node serving.", show_default=True)
-@click.option("--max-tokens", type=int, default=16, show_default=True)
+@click.option("--max-tokens", type=Count(1, 4096), default=16, show_default=True)
 @json_option
 def command(
     keep: bool,
@@ -215,8 +242,9 @@ def command(
     def say(text: str) -> None:
         progress(text, as_json=as_json)
 
-    rt = DockerRuntime()
     image = image or ("kit/vllm:v0.32.0" if gpus else CPU_IMAGE)
+    check_settings(cluster=cluster, image=image, subnet=subnet, gpus=gpus)
+    rt = DockerRuntime()
     say(f"[1/5] engine image {image}")
     if gpus:
         if not rt.image_info(image):

@@ -7,14 +7,19 @@ from typing import Any
 
 import click
 
-from kit.errors import UsageError
+from kit.commands._params import KitCommand, readable
+from kit.errors import ConfigError
 from kit.output import emit, table
 from kit.verify.diagnose import Diagnosis, classify_file, classify_lines, read_lines
 from kit.verify.nccl import TransportSummary
 
 
 def diagnose_files(paths: list[str]) -> dict[str, Diagnosis]:
-    """Each file read streaming (any size, encoding detected); `-` is standard input."""
+    """Each file read streaming (any size, encoding detected); `-` is standard input. Every path
+    is checked first: a regular, readable file (a FIFO would block, /dev/zero never end)."""
+    for path in paths:
+        if path != "-":
+            readable(path, "LOGFILE")
     results = {}
     for path in paths:
         if path == "-":
@@ -23,7 +28,7 @@ def diagnose_files(paths: list[str]) -> dict[str, Diagnosis]:
         try:
             results[path] = classify_file(path)
         except OSError as exc:
-            raise UsageError(f"cannot read {path}: {exc.strerror}") from exc
+            raise ConfigError(f"cannot read {path}: {exc.strerror}", key="LOGFILE") from None
     return results
 
 
@@ -71,7 +76,7 @@ def render(results: dict[str, Diagnosis]) -> str:
     return "\n".join(parts).rstrip()
 
 
-@click.command(name="diagnose")
+@click.command(name="diagnose", cls=KitCommand, dash_ok=("logfiles",))
 @click.argument("logfiles", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def command(logfiles: tuple[str, ...], as_json: bool) -> None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import click
 
 from kit.commands._common import config_options, json_option, resolve_cluster
+from kit.commands._params import KitCommand
 from kit.output import emit
 from kit.runtime import get_runtime
 
 
-@click.command(name="down")
+@click.command(name="down", cls=KitCommand)
 @click.option(
     "--slurm", "slurm_job", metavar="JOB", help="Cancel a `kit slurm` job (scancel) and wait until it is gone."
 )

@@ -7,15 +7,16 @@ import time
 import click
 
 from kit.commands._common import config_options, resolve_cluster
-from kit.errors import StartError
+from kit.commands._params import Count, KitCommand
+from kit.errors import ConfigError, StartError
 from kit.plan.scripts import SERVE_LOG
 from kit.runtime import get_runtime
 from kit.runtime.base import NodeHandle, Runtime
 
 
-@click.command(name="logs")
+@click.command(name="logs", cls=KitCommand)
 @click.option("--role", type=click.Choice(["head", "worker"]), default="head", show_default=True)
-@click.option("--rank", type=int, help="Worker rank (default: the first worker).")
+@click.option("--rank", type=Count(0, 16384), help="Worker rank (default: the first worker).")
 @click.option("--serve", "serve_log", is_flag=True, help="Show the vLLM server's log instead of the node's.")
 @click.option("--tail", default="200", show_default=True, help="Lines from the end, or 'all'.")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new lines (Ctrl-C to stop).")
@@ -31,6 +32,8 @@ def command(
     set_values: tuple[str, ...],
 ) -> None:
     """Show a node's logs (the Ray/entrypoint output), or with --serve the vLLM server's log."""
+    if tail != "all" and not (tail.isascii() and tail.isdigit() and len(tail) <= 9):
+        raise ConfigError(f"{tail[:20]!r} is not a line count", key="--tail", hint="pass a number of lines, or all")
     resolved = resolve_cluster(config_path, cluster, set_values)
     runtime = get_runtime(resolved.config)
     nodes = [

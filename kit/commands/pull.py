@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from kit.commands._common import config_options, json_option, overrides_from, resolve
+from kit.commands._params import KitCommand
 from kit.config import KitConfig
 from kit.errors import ImageError, KitError, RuntimeUnavailable
 from kit.images import ImageRef, PullProgress, parse_ref, pick_digest
@@ -46,7 +47,7 @@ def docker_runtime() -> DockerRuntime:
     return DockerRuntime()
 
 
-@click.command(name="pull", help=HELP)
+@click.command(name="pull", help=HELP, cls=KitCommand)
 @click.argument("image", required=False)
 @click.option("--runtime", type=click.Choice(["docker", "apptainer"]), help="Container runtime (config: runtime).")
 @config_options
@@ -62,8 +63,12 @@ def command(
     flags = {"runtime": runtime, "cluster": cluster}
     resolved = resolve(config_path, overrides_from(flags, {"runtime": "runtime", "cluster": "cluster"}, set_values))
     config = resolved.config
-    ref = image or config.image
+    ref = config.image if image is None else image  # an empty IMAGE was refused, never replaced
     if config.runtime == "apptainer":
+        # A docker:// source (kit's default scheme) must be a valid reference; other schemes
+        # (oras://, library://, https://) are apptainer's to check.
+        if ref.startswith("docker://") or "://" not in ref:
+            parse_ref(ref.removeprefix("docker://"))
         result = pull_apptainer(config, ref, as_json=as_json)
     else:
         result = pull_docker(parse_ref(ref), as_json=as_json)

@@ -9,6 +9,7 @@ import click
 
 from kit import client
 from kit.commands._common import config_options, json_option, resolve_cluster
+from kit.commands._params import Count, KitCommand, Number, Url, readable
 from kit.config import KitConfig
 from kit.output import emit
 
@@ -37,13 +38,13 @@ def tunnel_hint(url: str, login_host: str | None) -> str:
     )
 
 
-@click.command(name="query")
-@click.option("--url", help="Server URL (default: the head of the cluster, port ports.api).")
+@click.command(name="query", cls=KitCommand, free_text=("prompt",))
+@click.option("--url", type=Url(), help="Server URL (default: the head of the cluster, port ports.api).")
 @click.option("--api-key-file", type=click.Path(dir_okay=False), help="File holding the API key.")
 @click.option("--model", help="Model name to ask (default: the first one the server lists).")
 @click.option("--prompt", "-p", default="Say hello in one short sentence.", show_default=True)
-@click.option("--max-tokens", type=int, default=32, show_default=True)
-@click.option("--temperature", type=float, default=0.0, show_default=True)
+@click.option("--max-tokens", type=Count(1, 10_000_000), default=32, show_default=True)
+@click.option("--temperature", type=Number(0), default=0.0, show_default=True)
 @click.option("--stream", is_flag=True, help="Stream the answer as it is generated.")
 @click.option("--tunnel-hint", is_flag=True, help="Only print the SSH port-forward to reach the server.")
 @click.option("--login-host", help="Login node for --tunnel-hint.")
@@ -74,6 +75,7 @@ def command(
       kit query --url http://127.0.0.1:8000 --api-key-file ~/.kit/api_key
       kit query --tunnel-hint --login-host login.cluster.example
     """
+    readable(api_key_file, "--api-key-file")
     resolved = resolve_cluster(config_path, cluster, set_values)
     config = resolved.config
     base = (url or default_url(config)).rstrip("/")

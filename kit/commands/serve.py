@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from kit.commands._common import check_plan, config_options, json_option, overrides_from, resolve
+from kit.commands._params import KitCommand
 from kit.config import KitConfig
 from kit.errors import ConfigError, StartError
 from kit.output import emit, progress
@@ -161,7 +162,7 @@ def dry_run_text(plan: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@click.command(name="serve")
+@click.command(name="serve", cls=KitCommand)
 @click.option("--model", help="Model id or path (config: model.id).")
 @click.option("--served-name", help="Name clients use (config: model.served_name).")
 @click.option("--max-model-len", type=int, help="Context length (config: model.max_model_len).")

@@ -9,6 +9,8 @@ from typing import Any
 import click
 
 from kit.commands._common import check_plan, check_secret_files, config_options, json_option, overrides_from, resolve
+from kit.commands._params import KitCommand, writable
+from kit.errors import ConfigError
 from kit.output import emit, progress
 from kit.plan.slurm import SERVER_READY_MARK, check_slurm_config, plan_launcher
 
@@ -37,7 +39,7 @@ FLAG_KEYS = {
 }
 
 
-@click.command(name="slurm")
+@click.command(name="slurm", cls=KitCommand)
 @click.option("--nodes", type=int, help="Nodes (#SBATCH --nodes).")
 @click.option("--gpus-per-node", type=int, help="GPUs per node (#SBATCH --gpus-per-task, one task per node).")
 @click.option("--runtime", type=click.Choice(["docker", "apptainer"]), help="Container runtime on the nodes.")
@@ -99,6 +101,7 @@ def command(
         emit("slurm", {"launcher": text}, as_json=as_json, text=text.rstrip("\n"))
         return
     path = Path(out_path or f"kit-{config.cluster}.sbatch")
+    writable(path, "--out")  # one line before anything is written (a missing folder, a folder)
     _write_atomically(path, text)
     result: dict[str, Any] = {"path": str(path), "nodes": config.nodes, "runtime": config.runtime}
     if not submit:
@@ -129,5 +132,7 @@ def _write_atomically(path: Path, text: str) -> None:
         tmp.write_text(text)
         tmp.chmod(0o755)
         tmp.replace(path)
+    except OSError as exc:  # checked above; a full disk or a race still gets one line
+        raise ConfigError(f"cannot write {path}: {exc.strerror}", key="--out", hint="write somewhere else") from None
     finally:
         tmp.unlink(missing_ok=True)

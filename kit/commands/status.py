@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from kit.commands._common import config_options, json_option, resolve_cluster
+from kit.commands._params import KitCommand
 from kit.config import KitConfig
 from kit.errors import StartError
 from kit.output import emit, table
@@ -134,7 +135,7 @@ def uptime(started_at: str | None) -> str:
     return f"{secs // 3600}h{secs % 3600 // 60:02d}m" if secs >= 3600 else f"{secs // 60}m{secs % 60:02d}s"
 
 
-@click.command(name="status")
+@click.command(name="status", cls=KitCommand)
 @click.option("--no-ray", is_flag=True, help="Only list containers; do not ask Ray.")
 @click.option("--slurm", "slurm_job", metavar="JOB", help="Show a `kit slurm` job instead: queue state, ready line.")
 @config_options

@@ -26,6 +26,7 @@ from kit.bench.tune import (
     state_key,
 )
 from kit.commands._common import config_options, json_option, model_experts, model_heads, resolve_cluster
+from kit.commands._params import KitCommand, readable, writable
 from kit.commands.bench import build_load, load_options
 from kit.config import KitConfig, Resolved
 from kit.errors import ConfigError, KitError
@@ -35,11 +36,23 @@ from kit.plan.facts import HEAD, Role
 MIN_LAYOUT_S = 30  # a layout is not started with less budget left than this
 
 
+MAX_BUDGET_S = 7 * 86400
+
+
 def parse_budget(text: str) -> float:
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    """A duration above 0 and at most a week. (A budget below MIN_LAYOUT_S is allowed: every layout
+    is then skipped and the results say so.)"""
+    m = re.fullmatch(r"\s*(\d{1,9}(?:\.\d{1,6})?)\s*([smh]?)\s*", text)
     if not m:
-        raise ConfigError(f"{text!r} is not a duration", key="--budget", hint="e.g. --budget 20m, 900s, 1h")
-    return float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+        raise ConfigError(f"{text[:20]!r} is not a duration", key="--budget", hint="e.g. --budget 20m, 900s, 1h")
+    seconds = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+    if not 0 < seconds <= MAX_BUDGET_S:
+        raise ConfigError(
+            f"{text.strip()} is {seconds:g} s; kit tune needs more than 0 s and takes at most {MAX_BUDGET_S} s",
+            key="--budget",
+            hint="e.g. --budget 20m",
+        )
+    return seconds
 
 
 def layout_config(config: KitConfig, layout: Layout) -> KitConfig:
@@ -118,7 +131,7 @@ def conclude(
     return ranking, best
 
 
-@click.command(name="tune")
+@click.command(name="tune", cls=KitCommand)
 @click.option("--layouts", help="Layouts to try, e.g. tp1,tp2,tp2-pp2,tp1-dp2 (default: every layout that fits).")
 @click.option("--budget", default="30m", show_default=True, help="Hard time limit for the whole run (s, m, h).")
 @click.option("--fresh", is_flag=True, help="Forget finished layouts of an earlier run with the same load.")
@@ -181,6 +194,9 @@ def command(
     # measurement of every layout share it.
     deadline = time.monotonic() + parse_budget(budget)
     load = build_load(flags)
+    writable(output, "--output")  # checked before any node starts, like every flag above
+    writable(plot_path, "--plot")
+    readable(api_key_file, "--api-key-file")
     resolved = resolve_cluster(config_path, cluster, set_values)
     config = resolved.config
     check_local(config)

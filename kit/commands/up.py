@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from kit.commands._common import (
+    check_mounts,
     check_plan,
     check_secret_files,
     config_options,
@@ -18,6 +19,7 @@ from kit.commands._common import (
     resolve,
     role_from_flags,
 )
+from kit.commands._params import KitCommand
 from kit.config import KitConfig, Resolved
 from kit.errors import StartError
 from kit.output import emit, progress
@@ -56,6 +58,7 @@ def plan_up(resolved: Resolved, role: Role, *, check_files: bool = True) -> tupl
     check_plan(resolved)
     if check_files:
         check_secret_files(config, sources)
+        check_mounts(config, sources)
     host = gather_host_facts(config)
     net = plan_node_net(config, sources, role, host)
     return plan_node(config, role, net, has_infiniband=host.has_infiniband), net
@@ -102,7 +105,7 @@ def dry_run_text(plan: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-@click.command(name="up")
+@click.command(name="up", cls=KitCommand)
 @click.option("--head", "is_head", is_flag=True, help="Start the head node (rank 0). The default.")
 @click.option("--worker", "is_worker", is_flag=True, help="Start a worker node (needs --head-address).")
 @click.option("--node-rank", type=int, help="This worker's rank, 1..nodes-1 (default 1).")

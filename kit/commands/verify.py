@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from kit.commands._common import config_options, overrides_from, resolve
-from kit.errors import UsageError
+from kit.commands._params import Count, KitCommand, Number, writable
+from kit.errors import ConfigError, UsageError
 from kit.output import emit, progress
 from kit.verify.policy import EXPECTS
 from kit.verify.report import VerifyResult, junit_xml, raise_if_failed, render_text
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from kit.verify.runner import CollectiveSpec
 
 
-@click.command(name="verify")
+@click.command(name="verify", cls=KitCommand)
 @click.option(
     "--host",
     "on_host",
@@ -44,8 +45,8 @@ if TYPE_CHECKING:
     help="Transport policy. auto: IB+GDRDMA across nodes when nodes have IB, P2P within "
     "a node when its GPUs are NVLinked.",
 )
-@click.option("--nodes", "expected_nodes", type=int, help="Nodes the plan expects (config: nodes).")
-@click.option("--gpus-per-node", type=int, help="GPUs per node the plan expects (config: gpus_per_node).")
+@click.option("--nodes", "expected_nodes", type=Count(1, 16384), help="Nodes the plan expects (config: nodes).")
+@click.option("--gpus-per-node", type=Count(1, 1024), help="GPUs per node the plan expects (config: gpus_per_node).")
 @click.option(
     "--sizes",
     help="All-reduce message sizes  [default: 1M,32M,256M,1G on NCCL, 1M,16M on Gloo/CPU]",
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
 @click.option(
     "--budget",
     "budget_s",
-    type=float,
+    type=Number(0, 3600, above=True),
     default=0.5,
     show_default=True,
     help="Seconds of timed all-reduces per message size.",
@@ -80,21 +81,21 @@ if TYPE_CHECKING:
 @click.option("--head-address", help="--host across nodes: the head's node IP (rendezvous).")
 @click.option(
     "--nnodes",
-    type=int,
+    type=Count(1, 16384),
     default=1,
     show_default=True,
     help="--host across nodes: run this on every node at once.",
 )
-@click.option("--node-rank", type=int, default=0, show_default=True, help="--host: this node's rank.")
+@click.option("--node-rank", type=Count(0, 16383), default=0, show_default=True, help="--host: this node's rank.")
 @click.option(
     "--master-port",
-    type=int,
+    type=Count(1, 65535),
     help="Rendezvous port (default: cluster: ports.verify; --host: a free port / 29512).",
 )
 @click.option(
     "--timeout",
     "timeout_s",
-    type=int,
+    type=Count(1, 86400),
     default=120,
     show_default=True,
     help="Collective timeout in seconds.",
@@ -146,6 +147,12 @@ def command(
         raise UsageError("--host and --image exclude each other")
     if nnodes > 1 and not (on_host and head_address):
         raise UsageError("--nnodes > 1 needs --host and --head-address")
+    if node_rank >= nnodes:
+        raise UsageError(
+            f"--node-rank {node_rank} is outside 0..{nnodes - 1}", hint="ranks count from 0 to --nnodes - 1"
+        )
+    check_sizes(sizes)
+    writable(junit_path, "--junit")  # before any probe runs, not after
     expectations = runner.Expectations(expect, expected_nodes, gpus_per_node)
     spec = runner.CollectiveSpec(sizes, budget_s, timeout_s, master_port, _collectives(collective_kind))
     result: VerifyResult
@@ -180,6 +187,22 @@ def command(
         # On failure with --json the CLI prints one document: the error with the result inside.
         emit("verify", result.to_dict(), as_json=as_json, text=lambda: render_text(result))
     raise_if_failed(result)
+
+
+def check_sizes(sizes: str | None) -> None:
+    """--sizes as the probe will read it (1M,32M,1G): every size a positive number of bytes, at most
+    16 GiB, so a typo is one line here instead of a probe failing on every node."""
+    from kit.verify.collective import parse_size
+
+    if sizes is None:
+        return
+    for part in sizes.split(","):
+        try:
+            size = parse_size(part)
+        except (ValueError, KeyError, OverflowError):
+            raise ConfigError(f"{part[:20]!r} is not a size", key="--sizes", hint="e.g. --sizes 1M,32M,1G") from None
+        if not 1 <= size <= 16 << 30:
+            raise ConfigError(f"{part[:20]} is not between 1 byte and 16 GiB", key="--sizes", hint="e.g. --sizes 1M,1G")
 
 
 def _collectives(kind: str | None) -> tuple[str, ...]:

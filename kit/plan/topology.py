@@ -10,7 +10,6 @@ from kit.config import SECRET_ENV_NAMES, KitConfig
 from kit.errors import ConfigError, ImageRefError
 from kit.plan.facts import HostFacts, NodeNet, Role
 
-NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$")
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 IMAGE_RE = re.compile(
     r"^(?:(?P<registry>(?:localhost|[a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)+|[a-zA-Z0-9-]+:[0-9]+"
@@ -55,16 +54,7 @@ def check_topology(
     """TP×PP(×DP) must equal the GPUs the cluster has; TP must divide the model's heads when known;
     DP ranks spread evenly over the nodes; EP needs a MoE model whose experts split over TP×DP.
     `experts` is the model's routed expert count (0: a dense model), None when its config is unknown."""
-    if not NAME_RE.match(config.cluster):
-        raise ConfigError(
-            f"{config.cluster!r} is not a valid cluster name",
-            key="cluster",
-            source=_src(sources, "cluster"),
-            hint="use letters, digits, '.', '_' or '-' (it becomes part of container names)",
-        )
-    for key, value in (("nodes", config.nodes), ("gpus_per_node", config.gpus_per_node)):
-        if value < 1:
-            raise ConfigError(f"must be at least 1, got {value}", key=key, source=_src(sources, key))
+    # The cluster name and the node and GPU counts are checked when the config loads (kit.validate).
     for key, value in (("model.tp", config.tp), ("model.pp", config.pp), ("model.dp", config.dp)):
         if value < 1:
             raise ConfigError(
@@ -230,7 +220,9 @@ def check_ports(config: KitConfig, sources: Mapping[str, str]) -> None:
         seen[value] = name
 
 
-def check_env_and_mounts(config: KitConfig, sources: Mapping[str, str]) -> None:
+def check_env(config: KitConfig, sources: Mapping[str, str]) -> None:
+    """Secrets never travel as environment variables. (Names, values and mounts are checked with
+    every other value by kit.validate when the config loads.)"""
     for name in config.env:
         if name.upper() in SECRET_ENV_NAMES:
             raise ConfigError(
@@ -238,22 +230,6 @@ def check_env_and_mounts(config: KitConfig, sources: Mapping[str, str]) -> None:
                 key="env",
                 source=_src(sources, "env"),
                 hint="put the token in a file and set hf_token_file / api_key_file",
-            )
-        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
-            raise ConfigError(f"{name!r} is not a valid variable name", key="env", source=_src(sources, "env"))
-    for mount in config.mounts:
-        parts = mount.split(":")
-        if (
-            len(parts) not in (2, 3)
-            or not parts[0]
-            or not parts[1].startswith("/")
-            or (len(parts) == 3 and parts[2] not in ("ro", "rw"))
-        ):
-            raise ConfigError(
-                f"{mount!r} is not a mount",
-                key="mounts",
-                source=_src(sources, "mounts"),
-                hint="write HOST_PATH:/container/path or HOST_PATH:/container/path:ro",
             )
 
 
@@ -269,7 +245,7 @@ def check_config(
     check_image(config, sources)
     check_topology(config, sources, attention_heads=attention_heads, kv_heads=kv_heads, experts=experts)
     check_ports(config, sources)
-    check_env_and_mounts(config, sources)
+    check_env(config, sources)
 
 
 def plan_node_net(config: KitConfig, sources: Mapping[str, str], role: Role, host: HostFacts) -> NodeNet:

@@ -6,8 +6,11 @@ from. Pure functions over text; the NCCL transport of the same log comes from ki
 
 from __future__ import annotations
 
+import errno
 import io
+import os
 import re
+import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO, cast
@@ -364,6 +367,17 @@ def _record_start(text: str) -> int:
 
 
 def classify_file(path: str) -> Diagnosis:
-    """classify_lines over a file (`/dev/stdin` too), read streaming."""
-    with open(path, "rb") as fh:
+    """classify_lines over a regular file, read streaming (standard input goes to read_lines
+    directly). A special file is refused before a byte is read: a FIFO would block (it is opened
+    non-blocking, so even the open returns) and a device like /dev/zero never ends."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO or a device)")
+        os.set_blocking(fd, True)
+        fh = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with fh:
         return classify_lines(read_lines(fh))

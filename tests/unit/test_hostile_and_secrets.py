@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -13,6 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from kit.cli import cli
+from kit.config import KitConfig, Ray, Timeouts
+from kit.errors import ConfigError
 from kit.plan.facts import HEAD, NodeNet, Role
 from kit.plan.forms import to_apptainer_start_argv, to_docker_argv
 from kit.plan.node import plan_node
@@ -55,13 +58,26 @@ def recorded(tmp_path: Path) -> list[list[str]]:
     return [json.loads(line) for line in (tmp_path / "record.jsonl").read_text().splitlines()]
 
 
+def unchecked(cfg: KitConfig, **changes: object) -> KitConfig:
+    """cfg with values set after validation: kit's config layer refuses control characters
+    (test_config_refuses_control_characters), but the generated shell must hold up even for a
+    value that got past it, so these tests feed the planners directly."""
+    return dataclasses.replace(cfg, **changes)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", [v for v in HOSTILE if "\n" in v])
+def test_config_refuses_control_characters(value: str) -> None:
+    for key in ("model.id", "model.served_name", "ray.temp_dir", "hf_cache"):
+        with pytest.raises(ConfigError, match=f"{key}: contains a newline"):
+            make_config(**{key: value})
+    with pytest.raises(ConfigError, match="env: EXTRA: contains a newline"):
+        make_config(env={"EXTRA": value})
+
+
 @pytest.mark.parametrize("value", HOSTILE)
 def test_hostile_model_and_args_reach_vllm_intact(value: str, tmp_path: Path) -> None:
-    cfg = make_config(
-        backend="mp",
-        api_key_file=None,
-        **{"model.id": value, "model.served_name": value, "model.extra_args": ["--x", value]},
-    )
+    base = make_config(backend="mp", api_key_file=None)
+    cfg = unchecked(base, model=dataclasses.replace(base.model, id=value, served_name=value, extra_args=("--x", value)))
     for role in (HEAD, Role("worker", 1)):
         script = serve_script(cfg, role)
         env = fake_bin(tmp_path, "vllm")
@@ -75,7 +91,8 @@ def test_hostile_model_and_args_reach_vllm_intact(value: str, tmp_path: Path) ->
 
 
 def test_worker_gives_up_after_its_join_deadline(tmp_path: Path) -> None:
-    spec = plan_node(make_config(**{"timeouts.join": 0}), Role("worker", 1), NodeNet("10.0.0.2", "eth0", "10.0.0.1"))
+    cfg = unchecked(make_config(), timeouts=Timeouts(join=0, ready=1800))  # config refuses 0: bypassed to fail fast
+    spec = plan_node(cfg, Role("worker", 1), NodeNet("10.0.0.2", "eth0", "10.0.0.1"))
     env = fake_bin(tmp_path, "ray")
     env.update(spec.env, KIT_RECORD_EXIT="1", VLLM_CONFIG_ROOT=str(tmp_path / "cfg"))
     result = subprocess.run(["bash", "-c", spec.script], env=env, timeout=30, capture_output=True, text=True)
@@ -85,7 +102,7 @@ def test_worker_gives_up_after_its_join_deadline(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("value", HOSTILE)
 def test_hostile_ray_temp_dir_reaches_ray_intact(value: str, tmp_path: Path) -> None:
-    cfg = make_config(**{"ray.temp_dir": value, "timeouts.join": 0})
+    cfg = unchecked(make_config(), ray=Ray(temp_dir=value, dashboard=False), timeouts=Timeouts(join=0, ready=1800))
     spec = plan_node(cfg, HEAD, NodeNet("10.0.0.1", "eth0", "10.0.0.1"))
     env = fake_bin(tmp_path, "ray", "python3")
     env.update(spec.env)
@@ -103,7 +120,7 @@ def test_hostile_ray_temp_dir_reaches_ray_intact(value: str, tmp_path: Path) -> 
 
 @pytest.mark.parametrize("value", HOSTILE)
 def test_hostile_values_stay_one_argument_in_commands(value: str) -> None:
-    cfg = make_config(hf_cache=f"/data/{value}", env={"EXTRA": value}, mounts=[f"/src/{value}:/dst"])
+    cfg = unchecked(make_config(), hf_cache=f"/data/{value}", env={"EXTRA": value}, mounts=(f"/src/{value}:/dst",))
     spec = plan_node(cfg, HEAD, NodeNet("10.0.0.1", "eth0", "10.0.0.1"))
     for argv in (to_docker_argv(spec), to_apptainer_start_argv(spec, f"/img/{value}.sif")):
         assert shlex.split(shlex.join(argv)) == argv
