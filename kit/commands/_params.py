@@ -63,7 +63,8 @@ def check_value(param: click.Parameter, value: Any, *, free_text: bool = False, 
     if not isinstance(value, (str, Path)):
         return
     text = str(value)
-    dash_ok = dash_ok or validate.is_number(text)  # --tp -1 is a (wrong) number, checked as one
+    # --tp -1 is a (wrong) number, checked as one; a lone "-" is stdin/stdout, not an option
+    dash_ok = dash_ok or validate.is_number(text) or text == "-"
     if not dash_ok:
         refuse_option_like(flag, text)
     kind = "text" if free_text else "path" if isinstance(param.type, click.Path) else "value"

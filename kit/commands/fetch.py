@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from kit.commands._common import config_options, json_option, resolve_cluster
+from kit.commands._params import KitCommand
 from kit.config import KitConfig
 from kit.errors import ConfigError, VerifyFailed
 from kit.fetch import (
@@ -62,7 +63,7 @@ unreachable or failed; 130 interrupted (run it again to resume).
 """
 
 
-@click.command(name="fetch", help=HELP)
+@click.command(name="fetch", help=HELP, cls=KitCommand)
 @click.argument("model", required=False)
 @click.option("--revision", default="main", show_default=True, help="Branch, tag or commit to fetch.")
 @click.option(

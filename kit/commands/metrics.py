@@ -14,8 +14,9 @@ from typing import Any
 
 import click
 
-from kit import metrics, observe
+from kit import metrics, observe, validate
 from kit.commands._common import config_options, json_option, resolve_cluster
+from kit.commands._params import KitCommand
 from kit.config import KitConfig
 from kit.errors import ConfigError, KitError
 from kit.liveness import plan_engines
@@ -29,7 +30,7 @@ def _finite_interval(ctx: click.Context, param: click.Parameter, value: float) -
     return value
 
 
-@click.command(name="metrics")
+@click.command(name="metrics", cls=KitCommand)
 @click.option("--url", help="Server URL (default: the head of the cluster, port ports.api).")
 @click.option(
     "--interval",
@@ -74,6 +75,8 @@ def command(
     config = resolve_cluster(config_path, cluster, set_values).config
     if url is not None:
         _check_url(url)
+    if prometheus_file not in (None, "-"):
+        _writable(prometheus_file)  # before anything is asked of the runtime (issue 16)
     nodes = _local_nodes(config)
     if prometheus_file is not None:
         _write_targets(config, nodes, prometheus_file, as_json=as_json)
@@ -81,6 +84,13 @@ def command(
     base = (url or f"http://{_head_ip(config, nodes) or '127.0.0.1'}:{config.ports.api}").rstrip("/")
     result = top(base, config, interval)
     emit("metrics", result, as_json=as_json, text=lambda: render(result))
+
+
+def _writable(path: str) -> None:
+    try:
+        validate.writable_file(path)
+    except validate.Invalid as exc:
+        raise ConfigError(exc.message, key="--prometheus", hint=exc.hint) from None
 
 
 def top(base: str, config: KitConfig, interval: float) -> dict[str, Any]:

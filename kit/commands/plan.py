@@ -10,6 +10,7 @@ import click
 
 from kit import sizing
 from kit.commands._common import overrides_from
+from kit.commands._params import KitCommand
 from kit.config import load_config
 from kit.errors import ConfigError, UsageError
 from kit.output import emit, table
@@ -278,6 +279,7 @@ def to_result(
 
 @click.command(
     name="plan",
+    cls=KitCommand,
     epilog=EXAMPLES,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -359,18 +361,6 @@ def command(
     if gpu and gpu_memory:
         raise UsageError("give --gpu or --gpu-memory, not both", hint="e.g. --gpu A100-40GB")
     # Every flag is checked before the model is read (and before --fetch goes online).
-    _check_texts({"MODEL": model, "--hf-cache": hf_cache}, MAX_PATH_CHARS)
-    _check_texts(
-        {
-            "--gpu": gpu,
-            "--gpu-memory": gpu_memory,
-            "--dtype": dtype,
-            "--quantization": quantization,
-            "--kv-cache-dtype": kv_cache_dtype,
-            "--overhead": overhead,
-        },
-        MAX_FLAG_CHARS,
-    )
     _check_counts(
         {
             "--gpus-per-node": (gpus_per_node, MAX_GPUS_PER_NODE),
@@ -436,24 +426,6 @@ def command(
         as_json=as_json,
         text=lambda: render(model, arch, weights, kv, seq_len, max_num_seqs, rec, label, index_size, layouts, chosen),
     )
-
-
-def _check_texts(values: dict[str, str | None], limit: int) -> None:
-    """Each given value is one printable line of at most `limit` characters (a path, a GPU name)."""
-    for flag, value in values.items():
-        if value is None:
-            continue
-        problem = ""
-        if not value:
-            problem = "is empty"
-        elif len(value) > limit:
-            problem = f"is longer than {limit} characters"
-        elif not value.isprintable():
-            problem = "holds control characters"
-        if problem:
-            raise UsageError(
-                f"{flag} {problem}", hint=f"pass {flag} as one line of at most {limit} printable characters"
-            )
 
 
 def _check_counts(values: dict[str, tuple[int | None, int]]) -> None:

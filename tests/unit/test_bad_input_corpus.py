@@ -36,7 +36,6 @@ with open(os.environ["KIT_RECORD"], "a") as f:
     f.write(json.dumps([os.path.basename(sys.argv[0])] + sys.argv[1:]) + "\\n")
 sys.exit(1)
 """
-PLAN_CLS = pytest.mark.skip(reason="kit/commands/plan.py is not a KitCommand yet (add cls=KitCommand there)")
 AS_ROOT = pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file: an unreadable file cannot be made")
 
 
@@ -133,7 +132,7 @@ CASES: list[Case] = [
         "--login-host",
         "-oProxyCommand=id",
     ),
-    c(2, 2, "--gpu: '--json' looks like an option", "plan", "--gpu", "--json", "x", marks=(PLAN_CLS,)),
+    c(2, 2, "--gpu: '--json' looks like an option", "plan", "--gpu", "--json", "x"),
     yaml_case(
         2,
         3,
@@ -268,7 +267,7 @@ CASES: list[Case] = [
     c(3, 3, "--tail: 'abc' is not a line count", "logs", "--tail", "abc"),
     c(3, 3, "--sizes: '1Q' is not a size", "verify", "--host", "--sizes", "1Q"),
     c(3, 3, "--budget: '10x' is not a duration", "tune", "--budget", "10x"),
-    c(3, 3, "MODEL: is empty", "plan", "", marks=(PLAN_CLS,)),
+    c(3, 3, "MODEL: is empty", "plan", ""),
     c(
         3,
         3,
@@ -500,6 +499,20 @@ CASES: list[Case] = [
     c(8, 2, "No such command 'upp'", "upp", "--json"),
     c(8, 3, "--rate: nan is not a finite number", "bench", "--json", "--rate", "nan"),
     c(8, 2, "--model: '--json' looks like an option", "up", "--model", "--json"),
+    # --- kit fetch and kit metrics (merged after the corpus was written) ----------------------
+    c(2, 2, "MODEL: '-x/y' looks like an option", "fetch", "--", "-x/y"),
+    c(2, 2, "--revision: '--json' looks like an option", "fetch", "--revision", "--json", "x/y"),
+    c(3, 3, "MODEL: is empty", "fetch", ""),
+    c(1, 3, "MODEL: contains a newline", "fetch", "org/m\n$(touch PWNED)"),
+    c(3, 3, "is not a Hub model id", "fetch", "a$(id)/b"),
+    c(3, 3, "--revision: '../../etc' is not a branch, tag or commit", "fetch", "x/y", "--revision", "../../etc"),
+    c(2, 2, "--workers", "fetch", "x/y", "--workers", "0"),
+    c(4, 2, "--interval", "metrics", "--interval", "nan"),
+    c(4, 2, "--interval", "metrics", "--interval", "0"),
+    c(4, 3, "--url: 'file:///etc/passwd' is not an http(s) URL", "metrics", "--url", "file:///etc/passwd"),
+    c(4, 3, "--url: is empty", "metrics", "--url", ""),
+    c(2, 2, "--prometheus: '--json' looks like an option", "metrics", "--prometheus", "--json"),
+    c(6, 3, "--prometheus: the folder missing does not exist", "metrics", "--prometheus", "missing/x.json"),
 ]
 
 
