@@ -178,6 +178,7 @@ def absolutize(resolved: Resolved) -> Resolved:
         hf_cache=host_path(cfg.hf_cache),
         hf_token_file=host_path(cfg.hf_token_file),
         api_key_file=host_path(cfg.api_key_file),
+        ray_token_file=host_path(cfg.ray_token_file),
         mounts=tuple(mounts),
     )
     return Resolved(config=config, values=resolved.values, sources=resolved.sources, path=resolved.path)
@@ -185,7 +186,7 @@ def absolutize(resolved: Resolved) -> Resolved:
 
 def check_secret_files(config: KitConfig, sources: Mapping[str, str]) -> None:
     """Secret files must exist and be files; kit never reads their content here."""
-    for key in ("hf_token_file", "api_key_file"):
+    for key in ("hf_token_file", "api_key_file", "ray_token_file"):
         path = getattr(config, key)
         if path and not Path(path).is_file():
             raise ConfigError(

@@ -13,6 +13,8 @@ import click
 from kit.commands._common import config_options, overrides_from, resolve
 from kit.errors import UsageError
 from kit.output import emit, progress
+from kit.plan.exposure import exposures
+from kit.verify import policy
 from kit.verify.policy import EXPECTS
 from kit.verify.report import VerifyResult, junit_xml, raise_if_failed, render_text
 
@@ -209,7 +211,7 @@ def verify_cluster(config: KitConfig, expect: str, spec: CollectiveSpec, *, coll
     # The rendezvous port: ports.verify unless --master-port. Nothing else listens on it
     # while the cluster serves (ports.mp_master is held by the mp backend).
     spec = dataclasses.replace(spec, master_port=spec.master_port or config.ports.verify)
-    return runner.verify_cluster(
+    result = runner.verify_cluster(
         runtime,
         config.cluster,
         runner.Expectations(expect, config.nodes, config.gpus_per_node, config.accelerator),
@@ -219,3 +221,5 @@ def verify_cluster(config: KitConfig, expect: str, spec: CollectiveSpec, *, coll
         ray_view=view if config.backend == "ray" else None,
         probe_env={"KIT_RAY_TEMP_DIR": config.ray.temp_dir},
     )
+    result.checks.extend(policy.check_exposure(exposures(config)))
+    return result

@@ -48,7 +48,8 @@ def fmt_argv(argv: list[str]) -> str:
     lines: list[str] = []
     for arg in argv:
         quoted = shlex.quote(arg)
-        if lines and lines[-1].startswith("-") and " " not in lines[-1] and not arg.startswith("-"):
+        joinable = lines and lines[-1].startswith("-") and " " not in lines[-1] and "=" not in lines[-1]
+        if joinable and not arg.startswith("-"):
             lines[-1] += " " + quoted
         else:
             lines.append(quoted)
@@ -126,7 +127,8 @@ def test_gpu_selection_and_simulation_network() -> None:
     assert kw["device_requests"] == [{"device_ids": ["4", "5", "6", "7"], "capabilities": [["gpu"]]}]
     assert kw["network"] == "kitnet" and "network_mode" not in kw and spec.ip == "172.30.77.10"
     assert kw["environment"]["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
-    assert "--ip" in to_docker_argv(spec)
+    assert "--ip=172.30.77.10" in to_docker_argv(spec)
+    assert kw["networking_config"] == {"kitnet": {"ipv4_address": "172.30.77.10"}}
 
 
 def test_vllm_argv_per_backend() -> None:
