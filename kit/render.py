@@ -59,7 +59,10 @@ def shell_quote(value: Any) -> str:
         return f'"${{{value.name}}}"'
     if isinstance(value, Word):
         return "".join(shell_quote(p) for p in value.parts if p != "") or "''"
-    return shlex.quote(str(value))
+    text = str(value)
+    if "\x00" in text:
+        raise ConfigError(f"{text!r} holds a NUL byte, which no command line or script can carry", hint="remove it")
+    return shlex.quote(text)
 
 
 def shell_words(values: Iterable[Any]) -> str:

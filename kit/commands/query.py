@@ -32,11 +32,13 @@ def default_url(config: KitConfig) -> str:
 
 def tunnel_argv(url: str, login_host: str | None, user: str | None = None) -> tuple[list[str], int]:
     """The SSH port-forward that reaches the server at `url` from a laptop, and the local port."""
-    parts = urllib.parse.urlsplit(url)
     try:
+        parts = urllib.parse.urlsplit(url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
-        raise UsageError(f"--url {url!r} has no valid port", hint="pass it like http://HOST:8000") from None
+        raise UsageError(
+            f"--url {url!r} is not a URL with a valid port", hint="pass it like http://HOST:8000"
+        ) from None
     host = parts.hostname or "127.0.0.1"
     if ":" in host:
         host = f"[{host}]"  # IPv6 in ssh -L

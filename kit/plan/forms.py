@@ -30,7 +30,8 @@ def to_docker_kwargs(spec: ContainerSpec, *, foreground: bool = False) -> dict[s
         "init": True,  # signals reach the script; `docker stop` is quick
         "labels": dict(spec.labels),
         "environment": dict(spec.env),
-        "volumes": {m.source: {"bind": m.target, "mode": "ro" if m.read_only else "rw"} for m in spec.mounts},
+        # A list, not docker-py's dict keyed by the host path: one host path may be mounted twice.
+        "volumes": [f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}" for m in spec.mounts],
     }
     if foreground:
         kwargs["auto_remove"] = True
@@ -87,8 +88,9 @@ def docker_run_argv(kw: Mapping[str, Any]) -> list[str]:
     argv += [f"--device={d}" for d in kw.get("devices", [])]
     argv += [f"--cap-add={c}" for c in kw.get("cap_add", [])]
     argv += [f"--ulimit={u['name']}={u['soft']}:{u['hard']}" for u in kw.get("ulimits", [])]
-    for source, bind in kw["volumes"].items():
-        argv.append(f"--volume={source}:{bind['bind']}" + (":ro" if bind["mode"] == "ro" else ""))
+    for volume in kw["volumes"]:
+        path, mode = volume.rsplit(":", 1)
+        argv.append(f"--volume={path}" + (":ro" if mode == "ro" else ""))
     argv += [f"--env={key}={value}" for key, value in kw["environment"].items()]
     argv += [f"--label={key}={value}" for key, value in kw["labels"].items()]
     [entrypoint] = kw["entrypoint"]
