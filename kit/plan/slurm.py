@@ -28,26 +28,21 @@ from kit.plan.node import ContainerSpec, Mount, plan_node
 from kit.plan.scripts import READY_MARK, node_script, ray_token_enabled, serve_script
 from kit.render import Arg, EnvRef, Word, render, shell_quote
 
-# Sentinel -> the shell variable the launcher sets inside the job.
-_SENTINELS = {
-    "@@KIT_VLLM_HOST_IP@@": "VLLM_HOST_IP",
-    "@@KIT_INTERFACE@@": "KIT_INTERFACE",
-    "@@KIT_HEAD_ADDRESS@@": "KIT_HEAD_ADDRESS",
-    "@@KIT_JOB_ID@@": "SLURM_JOB_ID",
-    "@@KIT_JOB_TMP@@": "KIT_JOB_TMP",
-    "@@KIT_HEAD_SCRIPT@@": "KIT_HEAD_SCRIPT",
-    "@@KIT_WORKER_SCRIPT@@": "KIT_WORKER_SCRIPT",
-    "@@KIT_RAY_HEAD_NODE_SCRIPT@@": "KIT_RAY_HEAD_NODE_SCRIPT",
-    "@@KIT_HEAD_SERVE_SCRIPT@@": "KIT_HEAD_SERVE_SCRIPT",
-    # A worker's rank is an int in Role; this one is never a real rank.
-    "2147483641": "KIT_NODE_RANK",
-}
-_BY_VAR = {var: s for s, var in _SENTINELS.items()}
+
+def job_var(name: str) -> str:
+    """A value only the job knows (this node's IP, its rank, ...): planned as a sentinel that
+    runtime_word turns into "${NAME}". NUL-delimited, so no configured value can contain one
+    (shell_quote refuses NUL): a value is never mistaken for a sentinel."""
+    return f"\x00{name}\x00"
+
+
+_SENTINEL_RE = re.compile("\x00([A-Z_]+)\x00")
+# A worker's rank is an int in Role: plan_node gets this one, slurm_spec puts job_var("KIT_NODE_RANK")
+# where plan_node wrote it (name, label, env); it is never a real rank.
 RANK_SENTINEL = 2147483641
-_SENTINEL_RE = re.compile("|".join(re.escape(s) for s in _SENTINELS))
-SLURM_NET = NodeNet(_BY_VAR["VLLM_HOST_IP"], _BY_VAR["KIT_INTERFACE"], _BY_VAR["KIT_HEAD_ADDRESS"])
-JOB = _BY_VAR["SLURM_JOB_ID"]
-JOB_TMP = _BY_VAR["KIT_JOB_TMP"]
+SLURM_NET = NodeNet(job_var("VLLM_HOST_IP"), job_var("KIT_INTERFACE"), job_var("KIT_HEAD_ADDRESS"))
+JOB = job_var("SLURM_JOB_ID")
+JOB_TMP = job_var("KIT_JOB_TMP")
 
 SERVER_READY_MARK = "KIT_SERVER_READY"
 SERVER_TIMEOUT_MARK = "KIT_SERVER_TIMEOUT"
@@ -64,7 +59,7 @@ def runtime_word(text: str) -> Arg:
     parts: list[str | EnvRef] = []
     pos = 0
     for match in _SENTINEL_RE.finditer(text):
-        parts += [text[pos : match.start()], EnvRef(_SENTINELS[match.group(0)])]
+        parts += [text[pos : match.start()], EnvRef(match.group(1))]
         pos = match.end()
     if not parts:
         return text
@@ -168,6 +163,12 @@ def slurm_spec(config: KitConfig, role: Role, script: str, script_args: tuple[st
     its arguments) replaced by sentinels: the launcher passes each script's text in a variable."""
     spec = plan_node(config, role, SLURM_NET, has_infiniband=config.infiniband == "on")
     labels = {**spec.labels, JOB_LABEL: JOB}
+    env = dict(spec.env)
+    name = spec.name
+    if role.rank == RANK_SENTINEL:  # any worker: its rank is SLURM_NODEID, known in the job
+        rank = job_var("KIT_NODE_RANK")
+        labels["kit.rank"] = env["KIT_NODE_RANK"] = rank
+        name = name.removesuffix(str(RANK_SENTINEL)) + rank
     mounts = spec.mounts
     if config.runtime == "apptainer":
         # Apptainer shares the host's /tmp: give Ray and kit's scratch a job-private directory
@@ -178,7 +179,7 @@ def slurm_spec(config: KitConfig, role: Role, script: str, script_args: tuple[st
             Mount(f"{JOB_TMP}/kit", "/tmp/kit"),
         )
     return dataclasses.replace(
-        spec, name=f"{spec.name}-{JOB}", labels=labels, mounts=mounts, script=script, script_args=script_args
+        spec, name=f"{name}-{JOB}", labels=labels, env=env, mounts=mounts, script=script, script_args=script_args
     )
 
 
@@ -238,9 +239,9 @@ def plan_launcher(config: KitConfig, *, exclusive: bool = False) -> str:
     """The whole sbatch script for config (nodes × gpus_per_node, runtime, backend)."""
     scripts = container_scripts(config)
     worker = Role("worker", RANK_SENTINEL)
-    head_args = tuple(_BY_VAR[var] for var in ("KIT_RAY_HEAD_NODE_SCRIPT", "KIT_HEAD_SERVE_SCRIPT") if var in scripts)
-    head_spec = slurm_spec(config, HEAD, _BY_VAR["KIT_HEAD_SCRIPT"], head_args)
-    worker_spec = slurm_spec(config, worker, _BY_VAR["KIT_WORKER_SCRIPT"])
+    head_args = tuple(job_var(var) for var in ("KIT_RAY_HEAD_NODE_SCRIPT", "KIT_HEAD_SERVE_SCRIPT") if var in scripts)
+    head_spec = slurm_spec(config, HEAD, job_var("KIT_HEAD_SCRIPT"), head_args)
+    worker_spec = slurm_spec(config, worker, job_var("KIT_WORKER_SCRIPT"))
     resources = sbatch_resources(config, exclusive=exclusive)
     has_workers = "KIT_WORKER_SCRIPT" in scripts
     return render(

@@ -86,6 +86,8 @@ FRAGMENTS = [
     "\t",
     "é日本",
     "EOF",
+    "2147483641",  # kit's rank sentinel: a value holding it must still arrive verbatim
+    "${KIT_NODE_RANK}",
 ]
 # Any text but NUL (no argv or environment can carry it; shell_quote refuses it) and lone
 # surrogates (not encodable).

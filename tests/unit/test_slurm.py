@@ -180,6 +180,14 @@ def test_runtime_words_expand_only_sentinels() -> None:
     assert printed.stdout == '$(x)`y`"1.2.3.4\\'
 
 
+def test_values_that_look_like_job_variables_stay_literal() -> None:
+    """Only kit's own sentinels (NUL-delimited: no configured value can hold one) become "${VAR}"."""
+    cfg = slurm_config("docker", "mp", env={"A": "2147483641", "B": "@@KIT_JOB_TMP@@ ${KIT_NODE_RANK}"})
+    text = plan_launcher(cfg)  # type: ignore[arg-type]
+    assert "--env=A=2147483641" in text and "'--env=B=@@KIT_JOB_TMP@@ ${KIT_NODE_RANK}'" in text
+    assert '--env=KIT_NODE_RANK="${KIT_NODE_RANK}"' in text and '--label=kit.rank="${KIT_NODE_RANK}"' in text
+
+
 def test_no_secret_in_any_launcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     token, key = tmp_path / "hf_token", tmp_path / "api_key"
     token.write_text("hf_SUPERSECRETTOKEN123")
