@@ -143,6 +143,9 @@ SCHEMA: dict[str, Spec] = {
     "api_key_file": Spec(
         "str", None, "file holding the API key for the server", optional=True, secret=True, text="path"
     ),
+    "ray_token_file": Spec(
+        "str", None, "file holding the Ray token (Ray token auth)", optional=True, secret=True, text="path"
+    ),
     "ipc_host": Spec("bool", True, "share the host IPC namespace (--ipc=host); false uses shm_size"),
     "shm_size": Spec("size", "16g", "/dev/shm size when ipc_host is false (e.g. 10.24g)"),
     "env": Spec(
@@ -170,7 +173,7 @@ SCHEMA: dict[str, Spec] = {
     "slurm.error": Spec("str", "kit-%j.err", "#SBATCH --error", text="path"),
 }
 
-SECRET_ENV_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY", "OPENAI_API_KEY")
+SECRET_ENV_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY", "OPENAI_API_KEY", "RAY_AUTH_TOKEN")
 
 
 @dataclass(frozen=True)
@@ -257,6 +260,7 @@ class KitConfig:
     hf_cache: str
     hf_token_file: str | None
     api_key_file: str | None
+    ray_token_file: str | None
     ipc_host: bool
     shm_size: str
     env: Mapping[str, str]

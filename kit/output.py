@@ -26,6 +26,12 @@ def progress(message: str, *, as_json: bool = False) -> None:
         click.echo(message, err=True)
 
 
+def warn(warnings: Sequence[str], *, as_json: bool = False) -> None:
+    """Each warning as one `warning: ...` line on stderr (with --json they go in the result)."""
+    for warning in warnings:
+        progress(f"warning: {warning}", as_json=as_json)
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A plain aligned text table."""
     cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
 
 from kit.errors import CommandError, RuntimeUnavailable
+from kit.render import shell_words
 
 log = logging.getLogger("kit.proc")
 
@@ -37,7 +37,7 @@ def run(
     """Run argv, capture text output. Raises RuntimeUnavailable when the binary is missing,
     CommandError (argv redacted) on a non-zero exit when check is true."""
     shown = redact(argv, secrets)
-    log.debug("run: %s", shlex.join(shown))
+    log.debug("run: %s", shell_words(shown))
     try:
         result = subprocess.run(
             list(argv),
@@ -53,7 +53,7 @@ def run(
             f"`{argv[0]}` is not installed or not on PATH", hint=f"install {argv[0]} or fix PATH"
         ) from None
     except subprocess.TimeoutExpired:
-        raise CommandError(f"`{shlex.join(shown)}` timed out after {timeout} s", argv=shown) from None
+        raise CommandError(f"`{shell_words(shown)}` timed out after {timeout} s", argv=shown) from None
     if check and result.returncode != 0:
         stderr = result.stderr
         for secret in secrets:

@@ -180,6 +180,7 @@ def absolutize(resolved: Resolved) -> Resolved:
         hf_cache=host_path(cfg.hf_cache),
         hf_token_file=host_path(cfg.hf_token_file),
         api_key_file=host_path(cfg.api_key_file),
+        ray_token_file=host_path(cfg.ray_token_file),
         mounts=tuple(mounts),
     )
     return Resolved(config=config, values=resolved.values, sources=resolved.sources, path=resolved.path)
@@ -188,7 +189,7 @@ def absolutize(resolved: Resolved) -> Resolved:
 def check_secret_files(config: KitConfig, sources: Mapping[str, str]) -> None:
     """Secret files must be regular files this user can read (the container runtime reads them
     as this user: Apptainer binds them, Docker mounts them); kit never reads their content here."""
-    for key in ("hf_token_file", "api_key_file"):
+    for key in ("hf_token_file", "api_key_file", "ray_token_file"):
         path = getattr(config, key)
         if not path:
             continue

@@ -10,7 +10,6 @@ from __future__ import annotations
 import collections
 import os
 import re
-import shlex
 import shutil
 import tempfile
 import time
@@ -27,6 +26,7 @@ from kit.errors import ConfigError, ImageError, RuntimeUnavailable, UsageError
 from kit.images import ContextPlan, PullProgress, build_image_id, build_step_line, plan_build_context
 from kit.output import emit, is_tty, progress
 from kit.plan.topology import is_image_ref
+from kit.render import shell_words
 from kit.state import images_file, record_image
 
 if TYPE_CHECKING:
@@ -175,7 +175,7 @@ def render_plan(plan: ContextPlan) -> str:
     argv = ["docker", "build", "-t", plan.tag]
     for key, value in sorted(plan.buildargs.items()):
         argv += ["--build-arg", f"{key}={value}"]
-    lines.append("equivalent: " + shlex.join([*argv, "CONTEXT"]))
+    lines.append("equivalent: " + shell_words([*argv, "CONTEXT"]))
     return "\n".join(lines)
 
 

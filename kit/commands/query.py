@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import getpass
+import urllib.parse
 from typing import Any
 
 import click
@@ -11,7 +12,9 @@ from kit import client
 from kit.commands._common import config_options, json_option, resolve_cluster
 from kit.commands._params import Count, KitCommand, Number, Url, readable
 from kit.config import KitConfig
+from kit.errors import UsageError
 from kit.output import emit
+from kit.render import shell_words
 
 
 def default_url(config: KitConfig) -> str:
@@ -28,14 +31,27 @@ def default_url(config: KitConfig) -> str:
     return f"http://{host}:{config.ports.api}"
 
 
-def tunnel_hint(url: str, login_host: str | None) -> str:
-    hostport = url.split("://", 1)[-1].rstrip("/")
-    host, _, port = hostport.rpartition(":")
-    login = login_host or "LOGIN_HOST"
-    return (
-        f"ssh -N -L {port}:{host}:{port} {getpass.getuser()}@{login}\n"
-        f"# then, on the laptop: kit query --url http://127.0.0.1:{port}"
-    )
+def tunnel_argv(url: str, login_host: str | None, user: str | None = None) -> tuple[list[str], int]:
+    """The SSH port-forward that reaches the server at `url` from a laptop, and the local port."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise UsageError(
+            f"--url {url!r} is not a URL with a valid port", hint="pass it like http://HOST:8000"
+        ) from None
+    host = parts.hostname or "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"  # IPv6 in ssh -L
+    destination = f"{user or getpass.getuser()}@{login_host or 'LOGIN_HOST'}"
+    return ["ssh", "-N", "-L", f"{port}:{host}:{port}", destination], port
+
+
+def tunnel_hint(url: str, login_host: str | None, user: str | None = None) -> str:
+    """The tunnel as lines to paste: every word of the command shell-quoted (its host, login host
+    and user come from flags and the environment); the comment line holds only the port number."""
+    argv, port = tunnel_argv(url, login_host, user)
+    return f"{shell_words(argv)}\n# then, on the laptop: kit query --url http://127.0.0.1:{port}"
 
 
 @click.command(name="query", cls=KitCommand, free_text=("prompt",))
@@ -46,7 +62,7 @@ def tunnel_hint(url: str, login_host: str | None) -> str:
 @click.option("--max-tokens", type=Count(1, 10_000_000), default=32, show_default=True)
 @click.option("--temperature", type=Number(0), default=0.0, show_default=True)
 @click.option("--stream", is_flag=True, help="Stream the answer as it is generated.")
-@click.option("--tunnel-hint", is_flag=True, help="Only print the SSH port-forward to reach the server.")
+@click.option("--tunnel-hint", "tunnel", is_flag=True, help="Only print the SSH port-forward to reach the server.")
 @click.option("--login-host", help="Login node for --tunnel-hint.")
 @config_options
 @json_option
@@ -58,7 +74,7 @@ def command(
     max_tokens: int,
     temperature: float,
     stream: bool,
-    tunnel_hint: bool,
+    tunnel: bool,
     login_host: str | None,
     config_path: str | None,
     cluster: str | None,
@@ -79,9 +95,9 @@ def command(
     resolved = resolve_cluster(config_path, cluster, set_values)
     config = resolved.config
     base = (url or default_url(config)).rstrip("/")
-    if tunnel_hint:
-        hint = _tunnel(base, login_host)
-        emit("query", {"url": base, "tunnel": hint.splitlines()[0]}, as_json=as_json, text=hint)
+    if tunnel:
+        argv, _ = tunnel_argv(base, login_host)
+        emit("query", {"url": base, "tunnel": shell_words(argv)}, as_json=as_json, text=tunnel_hint(base, login_host))
         return
     key = client.read_key(api_key_file or config.api_key_file)
     models = client.list_models(base, key)
@@ -111,10 +127,6 @@ def command(
     if stream and not as_json:
         click.echo()
     emit("query", result, as_json=as_json, text=lambda: _render(result, streamed=stream))
-
-
-def _tunnel(url: str, login_host: str | None) -> str:
-    return tunnel_hint(url, login_host)
 
 
 def _render(r: dict[str, Any], *, streamed: bool) -> str:

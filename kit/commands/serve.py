@@ -12,9 +12,11 @@ from kit.commands._common import check_plan, config_options, json_option, overri
 from kit.commands._params import KitCommand
 from kit.config import KitConfig
 from kit.errors import ConfigError, StartError
-from kit.output import emit, progress
+from kit.output import emit, progress, warn
+from kit.plan.exposure import exposures
 from kit.plan.facts import Role
 from kit.plan.scripts import SERVE_LOG, serve_script
+from kit.render import shell_quote
 from kit.runtime import get_runtime
 from kit.runtime.base import NodeHandle, Runtime
 
@@ -151,10 +153,12 @@ def plan_serve(config: KitConfig) -> dict[str, Any]:
 
 
 def dry_run_text(plan: dict[str, Any]) -> str:
+    """Comments hold only kit's own words and numbers; the cluster name is a shell-quoted word."""
     par = plan["parallel"]
     lines = [
-        f"# kit serve --dry-run: cluster {plan['cluster']}, backend {plan['backend']}, "
-        f"parallel: TP={par['tp']} PP={par['pp']} DP={par['dp']}" + (" EP" if par["ep"] else "")
+        f"# kit serve --dry-run: backend {plan['backend']}, "
+        f"parallel: TP={par['tp']} PP={par['pp']} DP={par['dp']}" + (" EP" if par["ep"] else ""),
+        f"cluster={shell_quote(plan['cluster'])}",
     ]
     for node in plan["nodes"]:
         lines.append(f"# --- {node['role']} (rank {node['rank']}): script run inside its container")
@@ -208,16 +212,19 @@ def command(
             "(NotImplementedError in all_gatherv); set model.ep: false to serve on CPU",
             as_json=as_json,
         )
+    warnings = [e.warning() for e in exposures(config, ray=False)]  # the API without a key
     if dry_run:
+        warn(warnings, as_json=as_json)
         plan = plan_serve(config)
-        emit("serve", {"dry_run": True, **plan}, as_json=as_json, text=lambda: dry_run_text(plan))
+        emit("serve", {"dry_run": True, **plan, "warnings": warnings}, as_json=as_json, text=lambda: dry_run_text(plan))
         return
     result = serve_cluster(
         config, get_runtime(config), replace=replace, on_progress=lambda line: progress(line, as_json=as_json)
     )
+    warn(warnings, as_json=as_json)
     emit(
         "serve",
-        result,
+        {**result, "warnings": warnings},
         as_json=as_json,
         text=f"serving {result['model']} at {result['url']} (healthy after {result['seconds']} s)",
     )

@@ -13,6 +13,7 @@ from kit.commands._params import KitCommand, writable
 from kit.errors import ConfigError
 from kit.output import emit, progress
 from kit.plan.slurm import SERVER_READY_MARK, check_slurm_config, plan_launcher
+from kit.render import shell_words
 
 FLAG_KEYS = {
     "cluster": "cluster",
@@ -80,7 +81,7 @@ def command(
     resources, the head's IP found inside the job, node rank from SLURM_NODEID, one srun step that
     starts every node's container (Apptainer or Docker; Ray or mp backend), a readiness wait bounded
     by the walltime, and a KIT_SERVER_READY line with the URL and SSH tunnel in the job output.
-    Secrets stay in their files (hf_token_file, api_key_file), read at run time, never written.
+    Secrets stay in their files (hf_token_file, api_key_file, ray_token_file), read at run time, never written.
 
     \b
     Examples:
@@ -105,7 +106,7 @@ def command(
     _write_atomically(path, text)
     result: dict[str, Any] = {"path": str(path), "nodes": config.nodes, "runtime": config.runtime}
     if not submit:
-        emit("slurm", result, as_json=as_json, text=f"wrote {path} (submit it with: sbatch {path})")
+        emit("slurm", result, as_json=as_json, text=f"wrote {path} (submit it with: {shell_words(['sbatch', path])})")
         return
     from kit import slurm_ctl
 

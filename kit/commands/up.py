@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 import time
 from typing import Any
 
@@ -22,12 +21,14 @@ from kit.commands._common import (
 from kit.commands._params import KitCommand
 from kit.config import KitConfig, Resolved
 from kit.errors import StartError
-from kit.output import emit, progress
+from kit.output import emit, progress, warn
+from kit.plan.exposure import exposures
 from kit.plan.facts import NodeNet, Role
 from kit.plan.forms import to_apptainer_exec_argv, to_apptainer_start_argv, to_docker_argv, to_docker_kwargs
 from kit.plan.node import ContainerSpec, plan_node
 from kit.plan.scripts import JOINED_MARK, READY_MARK
 from kit.plan.topology import plan_node_net
+from kit.render import shell_quote, shell_words
 from kit.runtime.base import Runtime
 
 FLAG_KEYS = {
@@ -90,18 +91,23 @@ def describe(config: KitConfig, spec: ContainerSpec, net: NodeNet) -> dict[str, 
 
 
 def dry_run_text(plan: dict[str, Any]) -> str:
-    head = (
-        f"# kit up --dry-run: {plan['role']} (rank {plan['rank']}) of cluster {plan['cluster']}, "
-        f"node IP {plan['node_ip']} on {plan['interface']}, head {plan['head_address']}"
-    )
+    """The plan for a person: comments hold only kit's own words and numbers; configured values
+    are shell-quoted words (the node line, the command), never inside a comment."""
     par = plan["parallel"]
-    head += f"\n# parallel: TP={par['tp']} PP={par['pp']} DP={par['dp']}" + (" EP" if par["ep"] else "")
-    lines = [head, "# entrypoint script (run as: bash -c SCRIPT):", plan["script"].rstrip("\n"), "# command:"]
+    node = {key: plan[key] for key in ("cluster", "node_ip", "interface", "head_address")}
+    lines = [
+        f"# kit up --dry-run: {plan['role']} (rank {plan['rank']}); the node:",
+        " ".join(f"{key}={shell_quote(value)}" for key, value in node.items()),
+        f"# parallel: TP={par['tp']} PP={par['pp']} DP={par['dp']}" + (" EP" if par["ep"] else ""),
+        "# entrypoint script (run as: bash -c SCRIPT):",
+        plan["script"].rstrip("\n"),
+        "# command:",
+    ]
     if "docker_argv" in plan:
-        lines.append(shlex.join(plan["docker_argv"]))
+        lines.append(shell_words(plan["docker_argv"]))
     else:
-        lines.append(shlex.join(plan["apptainer_start_argv"]))
-        lines.append(shlex.join(plan["apptainer_exec_argv"]))
+        lines.append(shell_words(plan["apptainer_start_argv"]))
+        lines.append(shell_words(plan["apptainer_exec_argv"]))
     return "\n".join(lines)
 
 
@@ -160,13 +166,18 @@ def command(
     resolved = resolve(config_path, overrides_from(flags, FLAG_KEYS, set_values))
     spec, net = plan_up(resolved, role)
     plan = describe(resolved.config, spec, net)
+    # What the node leaves open (no API key, no Ray token): one stderr line each once the plan is
+    # valid (a dry run) or the node is up, and a `warnings` field in --json output.
+    warnings = [e.warning() for e in exposures(resolved.config, api=role.is_head)]
     if dry_run:
-        emit("up", {"dry_run": True, **plan}, as_json=as_json, text=lambda: dry_run_text(plan))
+        warn(warnings, as_json=as_json)
+        emit("up", {"dry_run": True, **plan, "warnings": warnings}, as_json=as_json, text=lambda: dry_run_text(plan))
         return
     result = start_node(resolved.config, spec, replace=replace, wait=not no_wait, as_json=as_json)
+    warn(warnings, as_json=as_json)
     emit(
         "up",
-        {**result, "node_ip": net.ip, "interface": net.interface},
+        {**result, "node_ip": net.ip, "interface": net.interface, "warnings": warnings},
         as_json=as_json,
         text=f"{result['container']}: {result['state']} ({spec.role.label}, {net.ip} on {net.interface})",
     )

@@ -14,6 +14,8 @@ from kit.commands._common import config_options, overrides_from, resolve
 from kit.commands._params import Count, KitCommand, Number, writable
 from kit.errors import ConfigError, UsageError
 from kit.output import emit, progress
+from kit.plan.exposure import exposures
+from kit.verify import policy
 from kit.verify.policy import EXPECTS
 from kit.verify.report import VerifyResult, junit_xml, raise_if_failed, render_text
 
@@ -232,7 +234,7 @@ def verify_cluster(config: KitConfig, expect: str, spec: CollectiveSpec, *, coll
     # The rendezvous port: ports.verify unless --master-port. Nothing else listens on it
     # while the cluster serves (ports.mp_master is held by the mp backend).
     spec = dataclasses.replace(spec, master_port=spec.master_port or config.ports.verify)
-    return runner.verify_cluster(
+    result = runner.verify_cluster(
         runtime,
         config.cluster,
         runner.Expectations(expect, config.nodes, config.gpus_per_node, config.accelerator),
@@ -242,3 +244,5 @@ def verify_cluster(config: KitConfig, expect: str, spec: CollectiveSpec, *, coll
         ray_view=view if config.backend == "ray" else None,
         probe_env={"KIT_RAY_TEMP_DIR": config.ray.temp_dir},
     )
+    result.checks.extend(policy.check_exposure(exposures(config)))
+    return result

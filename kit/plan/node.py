@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from kit import __version__
 from kit.config import KitConfig
 from kit.plan.facts import NodeNet, Role
-from kit.plan.paths import API_KEY_PATH, HF_HOME, HF_TOKEN_PATH, VLLM_CONFIG_ROOT
-from kit.plan.scripts import node_script
+from kit.plan.paths import API_KEY_PATH, HF_HOME, HF_TOKEN_PATH, RAY_TOKEN_PATH, VLLM_CONFIG_ROOT
+from kit.plan.scripts import node_script, ray_token_enabled
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class ContainerSpec:
     labels: Mapping[str, str]
     env: Mapping[str, str]
     mounts: tuple[Mount, ...]
-    script: str  # the node entrypoint, run as `bash -c SCRIPT NAME`
+    script: str  # the node entrypoint, run as `bash -c SCRIPT NAME [ARG...]`
     network: str = "host"  # "host", or a Docker network name (local simulation)
     ip: str | None = None  # fixed IP on that network
     ipc_host: bool = True
@@ -37,12 +37,13 @@ class ContainerSpec:
     cap_add: tuple[str, ...] = ()
     ulimits: tuple[tuple[str, int, int], ...] = ()
     extra: Mapping[str, str] = field(default_factory=dict)
+    script_args: tuple[str, ...] = ()  # the script's "$1"...: data it needs, e.g. scripts it runs
 
     @property
     def command(self) -> list[str]:
         """Arguments after the image: the entrypoint is /bin/bash (FIELD_NOTES §1 row 16:
         never depend on scripts inside the image)."""
-        return ["-c", self.script, self.name]
+        return ["-c", self.script, self.name, *self.script_args]
 
 
 def container_name(cluster: str, role: Role) -> str:
@@ -82,18 +83,28 @@ def node_env(config: KitConfig, role: Role, net: NodeNet) -> dict[str, str]:
     }
     if config.hf_token_file:
         env["HF_TOKEN_PATH"] = HF_TOKEN_PATH  # the token itself never enters env or argv
+    if ray_token_enabled(config):
+        # Ray's token authentication (Ray >= 2.52): every Ray process of the node, vLLM's Ray
+        # workers included, reads the token from the mounted file; the token never enters env,
+        # argv or `docker inspect`. The node script refuses to start a Ray without it.
+        env["RAY_AUTH_MODE"] = "token"
+        env["RAY_AUTH_TOKEN_PATH"] = RAY_TOKEN_PATH
     if config.gpus != "all" and config.accelerator == "gpu":
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(config.gpus_per_node))
     env.update(config.env)
     return env
 
 
-def node_mounts(config: KitConfig) -> tuple[Mount, ...]:
+def node_mounts(config: KitConfig, role: Role) -> tuple[Mount, ...]:
+    """The HF cache, the secret files (read-only) and the extra mounts. The API key only where the
+    API server runs (the head): workers never answer API requests (issue 16, closed by default)."""
     mounts = [Mount(config.hf_cache, HF_HOME)]
     if config.hf_token_file:
         mounts.append(Mount(config.hf_token_file, HF_TOKEN_PATH, read_only=True))
-    if config.api_key_file:
+    if config.api_key_file and role.is_head:
         mounts.append(Mount(config.api_key_file, API_KEY_PATH, read_only=True))
+    if ray_token_enabled(config) and config.ray_token_file:
+        mounts.append(Mount(config.ray_token_file, RAY_TOKEN_PATH, read_only=True))
     for item in config.mounts:
         parts = item.split(":")
         mounts.append(Mount(parts[0], parts[1], read_only=len(parts) == 3 and parts[2] == "ro"))
@@ -116,7 +127,7 @@ def plan_node(config: KitConfig, role: Role, net: NodeNet, *, has_infiniband: bo
         role=role,
         labels=node_labels(config, role, net),
         env=node_env(config, role, net),
-        mounts=node_mounts(config),
+        mounts=node_mounts(config, role),
         script=node_script(config, role),
         network=config.network or "host",
         ip=net.ip if config.network else None,

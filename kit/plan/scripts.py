@@ -29,16 +29,21 @@ JOINED_MARK = "KIT_JOINED"
 SERVE_LOG = "/tmp/kit/serve.log"
 
 
+def ray_token_enabled(config: KitConfig) -> bool:
+    """Ray's token authentication, for a Ray cluster with a ray_token_file."""
+    return config.backend == "ray" and bool(config.ray_token_file)
+
+
 def node_script(config: KitConfig, role: Role) -> str:
     """The container's main process: a Ray head with a barrier, a Ray worker that retries joining,
     or (mp backend) a node that holds the container until `kit serve` starts the engine."""
     common = {
         "version": __version__,
-        "cluster": config.cluster,
         "non_carry_over": NON_CARRY_OVER,
         "ready_mark": READY_MARK,
         "joined_mark": JOINED_MARK,
         "join_timeout": config.timeouts.join,
+        "ray_token": ray_token_enabled(config),
     }
     if config.backend == "mp":
         return render("node_mp.sh.j2", role=role.kind, **common)
@@ -64,7 +69,6 @@ def serve_script(config: KitConfig, role: Role) -> str:
     return render(
         "serve.sh.j2",
         version=__version__,
-        cluster=config.cluster,
         role=role.kind,
         argv=vllm_serve_argv(config, role),
         api_key_path=API_KEY_PATH if (config.api_key_file and role.is_head) else None,

@@ -2,19 +2,22 @@
 
 Every node's container command comes from `plan_node` and the forms in kit.plan.forms. What is
 only known inside the job (this node's IP and interface, its rank, the head's address, the job
-id) is planned as sentinel strings; `slurm_quote` turns each sentinel into a `"${VAR}"`
-expansion that the launcher computes at run time, and quotes every other byte literally.
-Secrets never enter the text: the token and API key stay files, bind-mounted read-only.
+id) is planned as sentinel strings; `runtime_word` turns each sentinel into a `"${VAR}"`
+expansion that the launcher computes at run time, and every other byte into literal text, quoted
+by kit.render.shell_quote like every value kit writes into shell.
+
+No user value is ever inside a here-document, a comment or a double-quoted message (issue 16):
+the scripts each container runs travel as data (one quoted word each, nested scripts the same),
+values the launcher prints are variables assigned from one quoted word. Secrets never enter the
+text: the tokens and the API key stay files, bind-mounted read-only.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from kit import __version__
 from kit.config import KitConfig
@@ -22,27 +25,24 @@ from kit.errors import ConfigError
 from kit.plan.facts import HEAD, NodeNet, Role
 from kit.plan.forms import to_apptainer_start_argv, to_docker_argv
 from kit.plan.node import ContainerSpec, Mount, plan_node
-from kit.plan.scripts import READY_MARK, node_script, serve_script
-from kit.render import render
+from kit.plan.scripts import READY_MARK, node_script, ray_token_enabled, serve_script
+from kit.render import Arg, EnvRef, Word, render, shell_quote
 
-# Sentinel -> the shell variable the launcher sets inside the job.
-_SENTINELS = {
-    "@@KIT_VLLM_HOST_IP@@": "VLLM_HOST_IP",
-    "@@KIT_INTERFACE@@": "KIT_INTERFACE",
-    "@@KIT_HEAD_ADDRESS@@": "KIT_HEAD_ADDRESS",
-    "@@KIT_JOB_ID@@": "SLURM_JOB_ID",
-    "@@KIT_JOB_TMP@@": "KIT_JOB_TMP",
-    "@@KIT_HEAD_SCRIPT@@": "KIT_HEAD_SCRIPT",
-    "@@KIT_WORKER_SCRIPT@@": "KIT_WORKER_SCRIPT",
-    # A worker's rank is an int in Role; this one is never a real rank.
-    "2147483641": "KIT_NODE_RANK",
-}
-_BY_VAR = {var: s for s, var in _SENTINELS.items()}
+
+def job_var(name: str) -> str:
+    """A value only the job knows (this node's IP, its rank, ...): planned as a sentinel that
+    runtime_word turns into "${NAME}". NUL-delimited, so no configured value can contain one
+    (shell_quote refuses NUL): a value is never mistaken for a sentinel."""
+    return f"\x00{name}\x00"
+
+
+_SENTINEL_RE = re.compile("\x00([A-Z_]+)\x00")
+# A worker's rank is an int in Role: plan_node gets this one, slurm_spec puts job_var("KIT_NODE_RANK")
+# where plan_node wrote it (name, label, env); it is never a real rank.
 RANK_SENTINEL = 2147483641
-_SENTINEL_RE = re.compile("|".join(re.escape(s) for s in _SENTINELS))
-SLURM_NET = NodeNet(_BY_VAR["VLLM_HOST_IP"], _BY_VAR["KIT_INTERFACE"], _BY_VAR["KIT_HEAD_ADDRESS"])
-JOB = _BY_VAR["SLURM_JOB_ID"]
-JOB_TMP = _BY_VAR["KIT_JOB_TMP"]
+SLURM_NET = NodeNet(job_var("VLLM_HOST_IP"), job_var("KIT_INTERFACE"), job_var("KIT_HEAD_ADDRESS"))
+JOB = job_var("SLURM_JOB_ID")
+JOB_TMP = job_var("KIT_JOB_TMP")
 
 SERVER_READY_MARK = "KIT_SERVER_READY"
 SERVER_TIMEOUT_MARK = "KIT_SERVER_TIMEOUT"
@@ -53,26 +53,17 @@ WALLTIME_MARGIN_S = 120
 _BAD_SBATCH_CHARS = re.compile(r"[\x00-\x1f\x7f\"'\\]")
 
 
-def slurm_quote(value: Any) -> str:
-    """shlex.quote, except that sentinels become "${VAR}" (inside double quotes, with every other
-    character escaped for that context)."""
-    text = str(value)
-    if not _SENTINEL_RE.search(text):
-        return shlex.quote(text)
-    out, pos = ['"'], 0
+def runtime_word(text: str) -> Arg:
+    """`text` as one shell word: each sentinel becomes the variable the launcher sets inside the
+    job ("${VAR}"), every other character stays literal."""
+    parts: list[str | EnvRef] = []
+    pos = 0
     for match in _SENTINEL_RE.finditer(text):
-        out.append(_dq_escape(text[pos : match.start()]))
-        out.append("${" + _SENTINELS[match.group(0)] + "}")
+        parts += [text[pos : match.start()], EnvRef(match.group(1))]
         pos = match.end()
-    out.append(_dq_escape(text[pos:]))
-    out.append('"')
-    return "".join(out)
-
-
-def _dq_escape(text: str) -> str:
-    for ch in ("\\", '"', "$", "`"):
-        text = text.replace(ch, "\\" + ch)
-    return text
+    if not parts:
+        return text
+    return Word((*parts, text[pos:]))
 
 
 def walltime_seconds(value: str) -> int:
@@ -167,11 +158,17 @@ def sbatch_line(key: str, value: str | None) -> str:
 # ---- the per-node container commands --------------------------------------------------------
 
 
-def slurm_spec(config: KitConfig, role: Role, script: str) -> ContainerSpec:
-    """The node's ContainerSpec from plan_node, with job-specific name/labels and the script
-    replaced by a sentinel (the launcher passes the script text in a variable)."""
+def slurm_spec(config: KitConfig, role: Role, script: str, script_args: tuple[str, ...] = ()) -> ContainerSpec:
+    """The node's ContainerSpec from plan_node, with job-specific name/labels and the script (and
+    its arguments) replaced by sentinels: the launcher passes each script's text in a variable."""
     spec = plan_node(config, role, SLURM_NET, has_infiniband=config.infiniband == "on")
     labels = {**spec.labels, JOB_LABEL: JOB}
+    env = dict(spec.env)
+    name = spec.name
+    if role.rank == RANK_SENTINEL:  # any worker: its rank is SLURM_NODEID, known in the job
+        rank = job_var("KIT_NODE_RANK")
+        labels["kit.rank"] = env["KIT_NODE_RANK"] = rank
+        name = name.removesuffix(str(RANK_SENTINEL)) + rank
     mounts = spec.mounts
     if config.runtime == "apptainer":
         # Apptainer shares the host's /tmp: give Ray and kit's scratch a job-private directory
@@ -181,77 +178,42 @@ def slurm_spec(config: KitConfig, role: Role, script: str) -> ContainerSpec:
             Mount(f"{JOB_TMP}/ray", config.ray.temp_dir),
             Mount(f"{JOB_TMP}/kit", "/tmp/kit"),
         )
-    return dataclasses.replace(spec, name=f"{spec.name}-{JOB}", labels=labels, mounts=mounts, script=script)
-
-
-def to_docker_foreground_argv(spec: ContainerSpec) -> list[str]:
-    """`docker run` as `kit up` plans it, but in the foreground and removed on exit, so srun
-    tracks the node for the life of the job."""
-    argv = to_docker_argv(spec)
-    argv[argv.index("--detach")] = "--rm"
-    return argv
-
-
-def to_apptainer_foreground_argv(spec: ContainerSpec, image: str) -> list[str]:
-    """`apptainer instance start` as `kit up` plans it, turned into one foreground `apptainer exec`
-    (an instance daemon would escape srun's process tracking)."""
-    start = to_apptainer_start_argv(spec, image)
-    assert start[:3] == ["apptainer", "instance", "start"] and start[-1] == spec.name
-    return ["apptainer", "exec", *start[3:-1], "/bin/bash", *spec.command]
-
-
-def node_argv(config: KitConfig, spec: ContainerSpec) -> list[str]:
-    if config.runtime == "apptainer":
-        return to_apptainer_foreground_argv(spec, config.image)
-    return to_docker_foreground_argv(spec)
-
-
-def _heredoc_delimiter(base: str, text: str) -> str:
-    lines = set(text.splitlines())
-    delimiter, n = base, 0
-    while delimiter in lines:
-        n += 1
-        delimiter = f"{base}_{n}"
-    return delimiter
-
-
-@dataclass(frozen=True)
-class Heredoc:
-    """A variable set from a quoted heredoc: its text is never expanded by the shell."""
-
-    var: str
-    delimiter: str
-    text: str
-
-
-def _heredoc(var: str, text: str) -> Heredoc:
-    return Heredoc(var, _heredoc_delimiter(f"{var}_EOF", text), text.rstrip("\n"))
-
-
-def ray_head_entry(config: KitConfig) -> str:
-    """Inside the head container: the Ray head node script (barrier included), then `vllm serve`."""
-    node = node_script(config, HEAD)
-    serve = serve_script(config, HEAD)
-    return render(
-        "slurm_ray_head.sh.j2",
-        version=__version__,
-        cluster=config.cluster,
-        ready_mark=READY_MARK,
-        node=_heredoc("node_script", node),
-        serve=_heredoc("serve_script", serve),
+    return dataclasses.replace(
+        spec, name=f"{name}-{JOB}", labels=labels, env=env, mounts=mounts, script=script, script_args=script_args
     )
 
 
-def container_scripts(config: KitConfig) -> tuple[str, str | None]:
-    """(head script, worker script or None for one node)."""
+def node_argv(config: KitConfig, spec: ContainerSpec) -> list[str]:
+    """The node's container as one foreground command that srun tracks for the life of the job:
+    `docker run --rm` (not --detach) or `apptainer exec` (not an instance daemon)."""
+    if config.runtime == "apptainer":
+        return to_apptainer_start_argv(spec, config.image, foreground=True)
+    return to_docker_argv(spec, foreground=True)
+
+
+def ray_head_entry() -> str:
+    """Inside the head container: the Ray head node script (barrier included), then `vllm serve`.
+    Both scripts arrive as its arguments ("$1", "$2"), so no script is nested in another."""
+    return render("slurm_ray_head.sh.j2", version=__version__, ready_mark=READY_MARK)
+
+
+def container_scripts(config: KitConfig) -> dict[str, str]:
+    """The scripts the launcher carries, by the variable that holds each: KIT_HEAD_SCRIPT (with
+    Ray, the entry that runs KIT_RAY_HEAD_NODE_SCRIPT then KIT_HEAD_SERVE_SCRIPT) and, with more
+    than one node, KIT_WORKER_SCRIPT."""
     worker = Role("worker", RANK_SENTINEL)
     if config.backend == "ray":
-        head = ray_head_entry(config)
-        other = node_script(config, worker)
+        scripts = {
+            "KIT_HEAD_SCRIPT": ray_head_entry(),
+            "KIT_RAY_HEAD_NODE_SCRIPT": node_script(config, HEAD),
+            "KIT_HEAD_SERVE_SCRIPT": serve_script(config, HEAD),
+            "KIT_WORKER_SCRIPT": node_script(config, worker),
+        }
     else:  # mp: every node runs `vllm serve` for its rank (head rank 0 without --headless)
-        head = serve_script(config, HEAD)
-        other = serve_script(config, worker)
-    return head, (other if config.nodes > 1 else None)
+        scripts = {"KIT_HEAD_SCRIPT": serve_script(config, HEAD), "KIT_WORKER_SCRIPT": serve_script(config, worker)}
+    if config.nodes == 1:
+        del scripts["KIT_WORKER_SCRIPT"]
+    return scripts
 
 
 def check_slurm_config(config: KitConfig, sources: Mapping[str, str]) -> None:
@@ -265,16 +227,23 @@ def check_slurm_config(config: KitConfig, sources: Mapping[str, str]) -> None:
     walltime_seconds(config.slurm.time)
 
 
+def secret_files(config: KitConfig, role: Role) -> list[str]:
+    """The secret files a node of this role mounts (the launcher checks each is readable there)."""
+    files = [config.hf_token_file, config.api_key_file if role.is_head else None]
+    if ray_token_enabled(config):
+        files.append(config.ray_token_file)
+    return [path for path in files if path]
+
+
 def plan_launcher(config: KitConfig, *, exclusive: bool = False) -> str:
     """The whole sbatch script for config (nodes × gpus_per_node, runtime, backend)."""
-    head_script, worker_script = container_scripts(config)
-    head_spec = slurm_spec(config, HEAD, _BY_VAR["KIT_HEAD_SCRIPT"])
-    worker_spec = slurm_spec(config, Role("worker", RANK_SENTINEL), _BY_VAR["KIT_WORKER_SCRIPT"])
+    scripts = container_scripts(config)
+    worker = Role("worker", RANK_SENTINEL)
+    head_args = tuple(job_var(var) for var in ("KIT_RAY_HEAD_NODE_SCRIPT", "KIT_HEAD_SERVE_SCRIPT") if var in scripts)
+    head_spec = slurm_spec(config, HEAD, job_var("KIT_HEAD_SCRIPT"), head_args)
+    worker_spec = slurm_spec(config, worker, job_var("KIT_WORKER_SCRIPT"))
     resources = sbatch_resources(config, exclusive=exclusive)
-    secrets = [p for p in (config.hf_token_file, config.api_key_file) if p]
-    scripts = [_heredoc("KIT_HEAD_SCRIPT", head_script)]
-    if worker_script is not None:
-        scripts.append(_heredoc("KIT_WORKER_SCRIPT", worker_script))
+    has_workers = "KIT_WORKER_SCRIPT" in scripts
     return render(
         "sbatch.sh.j2",
         version=__version__,
@@ -282,10 +251,11 @@ def plan_launcher(config: KitConfig, *, exclusive: bool = False) -> str:
         sbatch_lines=[sbatch_line(k, v) for k, v in resources.directives()],
         scripts=scripts,
         head_cmd=_argv_text(node_argv(config, head_spec)),
-        worker_cmd=_argv_text(node_argv(config, worker_spec)) if worker_script is not None else None,
-        head_name=slurm_quote(head_spec.name),
-        worker_name=slurm_quote(worker_spec.name),
-        secrets=secrets,
+        worker_cmd=_argv_text(node_argv(config, worker_spec)) if has_workers else None,
+        head_name=shell_quote(runtime_word(head_spec.name)),
+        worker_name=shell_quote(runtime_word(worker_spec.name)),
+        head_secrets=secret_files(config, HEAD),
+        worker_secrets=secret_files(config, worker),
         interface=None if config.interface == "auto" else config.interface,
         api_port=config.ports.api,
         served_name=config.served_name,
@@ -295,19 +265,17 @@ def plan_launcher(config: KitConfig, *, exclusive: bool = False) -> str:
         ready_mark=READY_MARK,
         server_ready_mark=SERVER_READY_MARK,
         server_timeout_mark=SERVER_TIMEOUT_MARK,
-        job_label=JOB_LABEL,
         apptainer=config.runtime == "apptainer",
-        q=slurm_quote,
     )
 
 
 def _argv_text(argv: Sequence[str]) -> str:
     """One option (with its value) per line, for a readable launcher (inside a bash array)."""
-    parts: list[str] = []
-    for arg in argv:
-        quoted = slurm_quote(arg)
-        if parts and parts[-1].startswith("-") and " " not in parts[-1] and not arg.startswith("-"):
-            parts[-1] += " " + quoted
+    lines: list[str] = []
+    for i, arg in enumerate(argv):
+        quoted = shell_quote(runtime_word(arg))
+        if lines and (i < 2 or lines[-1] == "-c"):
+            lines[-1] += " " + quoted  # `docker run`, `apptainer exec`, `-c SCRIPT`
         else:
-            parts.append(quoted)
-    return "\n      ".join(parts)
+            lines.append(quoted)
+    return "\n      ".join(lines)

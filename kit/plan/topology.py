@@ -229,7 +229,7 @@ def check_env(config: KitConfig, sources: Mapping[str, str]) -> None:
                 f"{name} must not be passed as an environment variable (it would show in docker inspect)",
                 key="env",
                 source=_src(sources, "env"),
-                hint="put the token in a file and set hf_token_file / api_key_file",
+                hint="put the secret in a file and set hf_token_file / api_key_file / ray_token_file",
             )
 
 

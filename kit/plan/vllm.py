@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from kit.config import KitConfig
 from kit.plan.facts import Role
-from kit.render import Arg, EnvRef
+from kit.render import Arg, EnvRef, option, positional
 
 # Set by the serve script from KIT_NODE_RANK (node rank × DP ranks per node), so the same script
 # text runs on every worker and inside SLURM jobs.
@@ -14,11 +14,22 @@ DP_START_RANK_VAR = "KIT_DP_START_RANK"
 def vllm_serve_argv(config: KitConfig, role: Role) -> list[Arg]:
     """Head (Ray): the only vllm process, --distributed-executor-backend ray.
     mp backend: every node runs it; node rank and head address come from the node's env.
-    DP > 1: each node runs its DP ranks (mp) or the head places them all through Ray."""
+    DP > 1: each node runs its DP ranks (mp) or the head places them all through Ray.
+
+    Values a user or the node controls (names, addresses) are attached as `--flag=value`, so one
+    that starts with `-` stays a value; kit's own integers keep the `--flag N` form. The API listens
+    on the head's node IP (VLLM_HOST_IP), not on every interface (issue 16, closed by default):
+    kit's clients, health checks and tunnels all use that IP; `--host=0.0.0.0` in
+    model.extra_args (argparse keeps the last one) opens it again."""
     m = config.model
-    argv: list[Arg] = ["vllm", "serve", m.id]
+    argv: list[Arg] = ["vllm", "serve", positional(m.id, key="model.id")]
     if role.is_head:
-        argv += ["--served-model-name", config.served_name, "--host", "0.0.0.0", "--port", str(config.ports.api)]
+        argv += [
+            option("--served-model-name", config.served_name),
+            option("--host", EnvRef("VLLM_HOST_IP")),
+            "--port",
+            str(config.ports.api),
+        ]
     argv += ["--tensor-parallel-size", str(config.tp), "--pipeline-parallel-size", str(config.pp)]
     if m.max_model_len is not None:
         argv += ["--max-model-len", str(m.max_model_len)]
@@ -32,8 +43,7 @@ def vllm_serve_argv(config: KitConfig, role: Role) -> list[Arg]:
             str(config.nodes),
             "--node-rank",
             EnvRef("KIT_NODE_RANK"),
-            "--master-addr",
-            EnvRef("KIT_HEAD_ADDRESS"),
+            option("--master-addr", EnvRef("KIT_HEAD_ADDRESS")),
             "--master-port",
             str(config.ports.mp_master),
         ]
@@ -57,8 +67,7 @@ def data_parallel_args(config: KitConfig, role: Role) -> list[Arg]:
     if config.nodes == 1:
         return ["--data-parallel-size", str(config.dp)]
     args += [
-        "--data-parallel-address",
-        EnvRef("KIT_HEAD_ADDRESS"),
+        option("--data-parallel-address", EnvRef("KIT_HEAD_ADDRESS")),
         "--data-parallel-rpc-port",
         str(config.ports.dp_rpc),
     ]

@@ -34,6 +34,7 @@ from kit.config import KitConfig
 from kit.errors import CommandError, ImageError, KitError, RuntimeUnavailable, StartError
 from kit.plan.forms import to_apptainer_exec_argv, to_apptainer_start_argv
 from kit.plan.node import ContainerSpec
+from kit.render import shell_quote
 from kit.runtime.base import ExecResult, NodeHandle, Runtime
 
 BINARIES = ("apptainer", "singularity")  # Apptainer installs `singularity` as an alias
@@ -461,9 +462,7 @@ def definition_from_dockerfile(dockerfile: str, *, image: str, source: str) -> s
 
 
 def _shell_value(value: str) -> str:
-    import shlex
-
-    return shlex.quote(value.strip('"'))
+    return shell_quote(value.strip('"'))
 
 
 def _parse_final_stage(text: str) -> tuple[list[str], list[str]]:

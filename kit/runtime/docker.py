@@ -14,6 +14,7 @@ from typing import Any
 from kit.errors import ImageError, KitError, RuntimeUnavailable, StartError
 from kit.plan.forms import to_docker_kwargs
 from kit.plan.node import ContainerSpec
+from kit.render import shell_words
 from kit.runtime.base import ExecResult, NodeHandle, Runtime
 
 LABEL_MANAGED = "kit.managed=true"
@@ -165,18 +166,24 @@ class DockerRuntime(Runtime):
         """Create and start the planned container, detached and labelled."""
         docker = _docker()
         if self.image_info(spec.image) is None:  # containers.run would pull it silently
-            raise ImageError(f"image {spec.image} is not on this host", hint=f"run `kit pull {spec.image}` first")
+            raise ImageError(
+                f"image {spec.image} is not on this host",
+                hint=f"run `{shell_words(['kit', 'pull', spec.image])}` first",
+            )
         kwargs = to_docker_kwargs(spec)
         if "device_requests" in kwargs:
             kwargs["device_requests"] = [docker.types.DeviceRequest(**r) for r in kwargs["device_requests"]]
         if "ulimits" in kwargs:
             kwargs["ulimits"] = [docker.types.Ulimit(**u) for u in kwargs["ulimits"]]
-        if spec.ip:
-            kwargs["networking_config"] = {spec.network: self.api.create_endpoint_config(ipv4_address=spec.ip)}
+        if "networking_config" in kwargs:
+            endpoints = kwargs["networking_config"].items()
+            kwargs["networking_config"] = {net: self.api.create_endpoint_config(**e) for net, e in endpoints}
         try:
             return self.client.containers.run(**kwargs)
         except docker.errors.ImageNotFound:
-            raise ImageError(f"image {spec.image} is not on this host", hint=f"run `kit pull {spec.image}`") from None
+            raise ImageError(
+                f"image {spec.image} is not on this host", hint=f"run `{shell_words(['kit', 'pull', spec.image])}`"
+            ) from None
         except docker.errors.APIError as exc:
             raise StartError(f"cannot start {spec.name}: {_short(exc)}", hint=_start_hint(str(exc))) from None
 

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kit.verify.nccl import Transport, TransportSummary
+
+if TYPE_CHECKING:
+    from kit.plan.exposure import Exposure
 
 EXPECTS = ("auto", "nvlink", "ib-gdr", "ib", "socket-ok")
 # Net plugins (NET/IBext*, NET/AWS Libfabric, NET/OFI, any other NET/<name> than IB and Socket)
@@ -694,6 +697,12 @@ def _gib(n: int) -> str:
 
 def _size(n: int) -> str:
     return f"{n >> 30} GiB" if n >= 1 << 30 and n % (1 << 30) == 0 else f"{n >> 20} MiB"
+
+
+def check_exposure(exposures: Sequence[Exposure]) -> list[Check]:
+    """What the cluster leaves open to anyone who can reach it (kit.plan.exposure: the API without
+    a key, Ray without token authentication): warnings, never failures."""
+    return [Check(e.check, WARN, e.message, e.fix) for e in exposures]
 
 
 def evaluate(

@@ -81,3 +81,15 @@ def two_node_mp_env(name: str, hf_cache: str, api_key_file: Path | None, *, seco
     if api_key_file is not None:
         env["KIT_API_KEY_FILE"] = str(api_key_file)
     return env
+
+
+def listening(container: Any, port: int) -> set[str]:
+    """The IPv4 addresses the container listens on at `port` (from /proc/net/tcp, LISTEN rows)."""
+    table = container.exec_run(["cat", "/proc/net/tcp"]).output.decode().splitlines()[1:]
+    out = set()
+    for row in table:
+        local, state = row.split()[1], row.split()[3]
+        address, _, hex_port = local.partition(":")
+        if state == "0A" and int(hex_port, 16) == port:
+            out.add(".".join(str(b) for b in reversed(bytes.fromhex(address))))
+    return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.clusters import IMAGE, two_node_ray_env
+from tests.integration.clusters import IMAGE, listening, two_node_ray_env
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -130,3 +131,37 @@ def test_interrupted_up_leaves_no_orphan(
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
     assert docker_client.containers.list(all=True, filters={"label": f"kit.cluster={name}"}) == []
+
+
+def test_ray_token_auth_from_a_file(cluster: tuple[dict[str, str], Cli], docker_client: Any, tmp_path: Path) -> None:
+    """Closed by default (issue 16) with the real Ray of the image (2.60): with ray_token_file the
+    two nodes form the cluster with RAY_AUTH_MODE=token, a client holding another token is
+    refused, and the token is in no container's configuration. (Ray 2.60 binds its GCS and raylet
+    gRPC servers to 0.0.0.0 whatever --node-ip-address says, and has no option to change it:
+    measured here with listening(); the token is what closes Ray.)"""
+    env, kit = cluster
+    name = env["KIT_CLUSTER"]
+    token = tmp_path / "ray_token"
+    token.write_text(secrets.token_hex(32))
+    token.chmod(0o600)
+    env = {**env, "KIT_RAY_TOKEN_FILE": str(token)}
+    worker = kit("up", "--worker", "--no-wait", env=env)
+    assert worker.returncode == 0, worker.stderr
+    head = kit("up", "--head", "--json", env=env)
+    assert head.returncode == 0, head.stderr
+    result = json.loads(head.stdout)["result"]
+    assert result["state"] == "ready" and [w.split(":")[0] for w in result["warnings"]] == ["no api_key_file"]
+    assert alive_ray_nodes(kit, env) == 2  # kit status asks Ray inside the head: the token works
+
+    head_container = docker_client.containers.get(f"kit-{name}-head")
+    for container in (head_container, docker_client.containers.get(f"kit-{name}-worker-1")):
+        assert token.read_text() not in json.dumps(container.attrs)
+        config_env = container.attrs["Config"]["Env"]
+        assert "RAY_AUTH_MODE=token" in config_env and "RAY_AUTH_TOKEN_PATH=/run/kit/secrets/ray_token" in config_env
+    ip = result["node_ip"]
+    wrong = head_container.exec_run(
+        ["bash", "-c", "echo wrong-token > /tmp/wrong && RAY_AUTH_TOKEN_PATH=/tmp/wrong python3 -c "
+         f"'import ray; ray.init(address=\"{ip}:6379\", logging_level=\"ERROR\")'"],
+    )  # fmt: skip
+    assert wrong.exit_code != 0 and b"AuthenticationError" in wrong.output, wrong.output[-2000:]
+    print(f"Ray GCS (6379) listens on {sorted(listening(head_container, 6379))}")

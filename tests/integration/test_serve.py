@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.integration.clusters import make_kit, two_node_mp_env
+from tests.integration.clusters import listening, make_kit, two_node_mp_env
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 SECRET_KEY = "sk-kit-test-" + "9c" * 12
@@ -109,13 +109,21 @@ def test_no_secret_in_inspect_argv_or_kit_output(served: dict[str, Any], docker_
         container = docker_client.containers.get(node)
         inspect = json.dumps(docker_client.api.inspect_container(container.id))
         assert SECRET_KEY not in inspect and SECRET_TOKEN not in inspect
-        assert "/run/kit/secrets/api_key" in inspect  # mounted as a file, read-only
+        # Mounted as a file, read-only, and only where the API server runs (issue 16).
+        assert ("/run/kit/secrets/api_key" in inspect) == node.endswith("-head")
         argv = container.exec_run(["bash", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '"]).output.decode()
         assert SECRET_KEY not in argv and SECRET_TOKEN not in argv
         assert "vllm serve" in argv or node.endswith("worker-1")
         log = container.exec_run(["cat", "/tmp/kit/serve.log"]).output.decode() + container.logs().decode()
         assert SECRET_KEY not in log and SECRET_TOKEN not in log
     assert not any(SECRET_KEY in o or SECRET_TOKEN in o for o in served["outputs"])
+
+
+def test_the_api_listens_on_the_head_node_ip_only(served: dict[str, Any], docker_client: Any) -> None:
+    """Closed by default (issue 16): vllm serve --host is the head's node IP, not 0.0.0.0."""
+    head = docker_client.containers.get(f"kit-{served['name']}-head")
+    ip = served["url"].split("://", 1)[1].rsplit(":", 1)[0]
+    assert listening(head, 8000) == {ip}
 
 
 def test_engine_crash_fails_serve_fast_with_the_log_tail(served: dict[str, Any]) -> None:

@@ -203,8 +203,8 @@ def test_up_path_instance_start_exec_status_logs_down(fake: dict[str, Any]) -> N
     start, exec_ = [a for a in recorded(tmp) if a[1] in ("instance", "exec") and a[2:3] != ["list"]][:2]
     assert start[:4] == ["apptainer", "instance", "start", "--nv"]
     assert start[-2:] == [cfg.image, "kit-llama-head"]
-    assert "--env" in start and "VLLM_HOST_IP=10.0.0.1" in start and "-e" not in start
-    assert start[start.index("/etc/kit/hf_token:/run/kit/secrets/hf_token:ro") - 1] == "--bind"
+    assert "--env=VLLM_HOST_IP=10.0.0.1" in start and "-e" not in start
+    assert "--bind=/etc/kit/hf_token:/run/kit/secrets/hf_token:ro" in start
     assert exec_[:3] == ["apptainer", "exec", "instance://kit-llama-head"] and exec_[3:5] == ["/bin/bash", "-c"]
     [node] = rt.find_nodes("llama")
     assert (node.name, node.role, node.rank, node.ip, node.state) == (

@@ -115,13 +115,13 @@ def test_dry_run_with_no_config_is_a_complete_docker_command(capsys: pytest.Capt
     assert rc == 0
     docker = next(line for line in out.splitlines() if line.startswith("docker run"))
     for needle in (
-        "--network host",
-        "--ipc host",
-        "--gpus all",
+        "--network=host",
+        "--ipc=host",
+        "--gpus=all",
         ":/root/.cache/huggingface",
-        "--env VLLM_HOST_IP=",
-        "--env NCCL_SOCKET_IFNAME=",
-        "--env GLOO_SOCKET_IFNAME=",
+        "--env=VLLM_HOST_IP=",
+        "--env=NCCL_SOCKET_IFNAME=",
+        "--env=GLOO_SOCKET_IFNAME=",
     ):
         assert needle in docker
     assert 'ray start --head --node-ip-address="${VLLM_HOST_IP}" --port=6379' in out

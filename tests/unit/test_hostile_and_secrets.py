@@ -124,8 +124,8 @@ def test_hostile_values_stay_one_argument_in_commands(value: str) -> None:
     spec = plan_node(cfg, HEAD, NodeNet("10.0.0.1", "eth0", "10.0.0.1"))
     for argv in (to_docker_argv(spec), to_apptainer_start_argv(spec, f"/img/{value}.sif")):
         assert shlex.split(shlex.join(argv)) == argv
-        assert f"EXTRA={value}" in argv
-        assert any(a.startswith(f"/data/{value}:") for a in argv)
+        assert f"--env=EXTRA={value}" in argv
+        assert any(a.startswith((f"--volume=/data/{value}:", f"--bind=/data/{value}:")) for a in argv)
 
 
 SECRET_TOKEN = "hf_" + "Zq9" * 12

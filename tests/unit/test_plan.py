@@ -48,7 +48,8 @@ def fmt_argv(argv: list[str]) -> str:
     lines: list[str] = []
     for arg in argv:
         quoted = shlex.quote(arg)
-        if lines and lines[-1].startswith("-") and " " not in lines[-1] and not arg.startswith("-"):
+        joinable = lines and lines[-1].startswith("-") and " " not in lines[-1] and "=" not in lines[-1]
+        if joinable and not arg.startswith("-"):
             lines[-1] += " " + quoted
         else:
             lines.append(quoted)
@@ -99,8 +100,11 @@ def test_container_spec_essentials() -> None:
     kw = to_docker_kwargs(spec)
     assert kw["network_mode"] == "host" and kw["ipc_mode"] == "host"
     assert kw["device_requests"] == [{"count": -1, "capabilities": [["gpu"]]}]
-    assert kw["volumes"]["/data/hf"] == {"bind": "/root/.cache/huggingface", "mode": "rw"}
-    assert kw["volumes"]["/etc/kit/hf_token"]["mode"] == "ro"
+    assert "/data/hf:/root/.cache/huggingface:rw" in kw["volumes"]
+    assert "/etc/kit/hf_token:/run/kit/secrets/hf_token:ro" in kw["volumes"]
+    # One host path mounted twice keeps both mounts (docker-py's dict form would keep one).
+    twice = to_docker_kwargs(plan_node(make_config(mounts=["/data/hf:/models:ro"]), WORKER, NETS["worker"]))
+    assert {"/data/hf:/root/.cache/huggingface:rw", "/data/hf:/models:ro"} <= set(twice["volumes"])
     env = kw["environment"]
     assert env["VLLM_HOST_IP"] == "10.0.0.2" and env["KIT_HEAD_ADDRESS"] == "10.0.0.1"
     assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "ib0"
@@ -126,7 +130,8 @@ def test_gpu_selection_and_simulation_network() -> None:
     assert kw["device_requests"] == [{"device_ids": ["4", "5", "6", "7"], "capabilities": [["gpu"]]}]
     assert kw["network"] == "kitnet" and "network_mode" not in kw and spec.ip == "172.30.77.10"
     assert kw["environment"]["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
-    assert "--ip" in to_docker_argv(spec)
+    assert "--ip=172.30.77.10" in to_docker_argv(spec)
+    assert kw["networking_config"] == {"kitnet": {"ipv4_address": "172.30.77.10"}}
 
 
 def test_vllm_argv_per_backend() -> None:

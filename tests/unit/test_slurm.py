@@ -23,11 +23,11 @@ from kit.plan.slurm import (
     SLURM_NET,
     container_scripts,
     plan_launcher,
-    ray_head_entry,
+    runtime_word,
     sbatch_line,
-    slurm_quote,
     walltime_seconds,
 )
+from kit.render import shell_quote
 from tests.conftest import ROOT, shellcheck_bin
 from tests.unit.test_plan import make_config
 
@@ -66,10 +66,10 @@ def test_launcher_golden_and_shellcheck(
     text = plan_launcher(cfg)  # type: ignore[arg-type]
     golden(f"slurm_{runtime}_{backend}.sbatch", text)
     shellcheck(tmp_path, "launcher.sh", text)
-    head, worker = container_scripts(cfg)  # type: ignore[arg-type]
-    shellcheck(tmp_path, "head.sh", head)
-    assert worker is not None
-    shellcheck(tmp_path, "worker.sh", worker)
+    scripts = container_scripts(cfg)  # type: ignore[arg-type]
+    assert "KIT_WORKER_SCRIPT" in scripts and (("KIT_RAY_HEAD_NODE_SCRIPT" in scripts) == (backend == "ray"))
+    for var, script in scripts.items():
+        shellcheck(tmp_path, f"{var}.sh", script)
 
 
 def test_one_node_and_cpu_and_interface_variants(golden: Callable[[str, str], None], tmp_path: Path) -> None:
@@ -81,7 +81,7 @@ def test_one_node_and_cpu_and_interface_variants(golden: Callable[[str, str], No
     ib = plan_launcher(slurm_config("apptainer", "mp", interface="ib0"))  # type: ignore[arg-type]
     golden("slurm_apptainer_mp_ib0.sbatch", ib)
     shellcheck(tmp_path, "ib.sh", ib)
-    assert 'kit_ipv4_of_interface "${KIT_INTERFACE}"' in ib and "KIT_INTERFACE=ib0" in ib
+    assert 'kit_ipv4_of_interface "${KIT_INTERFACE}"' in ib and "export KIT_INTERFACE=ib0" in ib
 
 
 def test_launcher_comes_from_the_same_plan_as_up() -> None:
@@ -90,9 +90,9 @@ def test_launcher_comes_from_the_same_plan_as_up() -> None:
     text = plan_launcher(cfg)  # type: ignore[arg-type]
     spec = plan_node(cfg, HEAD, SLURM_NET, has_infiniband=True)  # type: ignore[arg-type]
     for key, value in spec.env.items():
-        assert f"--env {slurm_quote(f'{key}={value}')}" in text
+        assert shell_quote(runtime_word(f"--env={key}={value}")) in text
     for m in spec.mounts:
-        assert f"--volume {m.source}:{m.target}" in text
+        assert f"--volume={m.source}:{m.target}" in text
     assert "--detach" not in text and "--rm" in text
 
 
@@ -101,17 +101,23 @@ def test_apptainer_launcher_never_uses_cleanenv_or_contain() -> None:
     args = text.split()
     assert "-e" not in args and "--cleanenv" not in args and "--contain" not in args and "--containall" not in args
     assert "--nv" in args and "instance" not in args  # one foreground exec per node: srun tracks it
-    assert '--bind "${KIT_JOB_TMP}/ray:/tmp/ray"' in text  # per-job Ray temp dir (FIELD_NOTES §1 row 14)
+    assert '--bind="${KIT_JOB_TMP}"/ray:/tmp/ray' in text  # per-job Ray temp dir (FIELD_NOTES §1 row 14)
 
 
 def test_ray_head_runs_barrier_then_serve(tmp_path: Path) -> None:
+    """The Ray head's entry takes the node and serve scripts as its arguments ("$1", "$2"): no
+    script is nested inside another."""
     cfg = slurm_config("apptainer", "ray")
-    entry = ray_head_entry(cfg)  # type: ignore[arg-type]
-    assert entry.index("ray start --head") < entry.index("exec vllm serve")
-    assert entry.index("grep -q KIT_READY") < entry.index('bash -c "${serve_script}"')
-    assert "--distributed-executor-backend ray" in entry
-    mp_head, mp_worker = container_scripts(slurm_config("apptainer", "mp"))  # type: ignore[arg-type]
-    assert "--headless" not in mp_head and mp_worker is not None and "--headless" in mp_worker
+    scripts = container_scripts(cfg)  # type: ignore[arg-type]
+    entry = scripts["KIT_HEAD_SCRIPT"]
+    assert entry.index('node_script="$1"') < entry.index("grep -q KIT_READY") < entry.index('bash -c "${serve_script}"')
+    assert "ray start --head" in scripts["KIT_RAY_HEAD_NODE_SCRIPT"]
+    assert "--distributed-executor-backend ray" in scripts["KIT_HEAD_SERVE_SCRIPT"]
+    text = plan_launcher(cfg)  # type: ignore[arg-type]
+    args = '-c "${KIT_HEAD_SCRIPT}"', 'kit-llama-head-"${SLURM_JOB_ID}"', '"${KIT_RAY_HEAD_NODE_SCRIPT}"'
+    assert "\n      ".join(args) in text
+    mp = container_scripts(slurm_config("apptainer", "mp"))  # type: ignore[arg-type]
+    assert "--headless" not in mp["KIT_HEAD_SCRIPT"] and "--headless" in mp["KIT_WORKER_SCRIPT"]
 
 
 @pytest.mark.parametrize("name", ["meluxina-apptainer-mp", "ray-2node-infiniband", "deepseek-v3-dp-ep"])
@@ -138,7 +144,7 @@ def test_meluxina_example_matches_the_guide() -> None:
         "--max-model-len 262144",
         "--nnodes 2",
         '--node-rank "${KIT_NODE_RANK}"',
-        '--master-addr "${KIT_HEAD_ADDRESS}"',
+        '--master-addr="${KIT_HEAD_ADDRESS}"',
         "--headless",
         "--quantization moe_wna16",
     ):
@@ -164,10 +170,23 @@ def test_walltime_formats() -> None:
         walltime_seconds("soon")
 
 
-def test_slurm_quote_expands_only_sentinels() -> None:
-    assert slurm_quote("a b") == "'a b'"
-    assert slurm_quote(f"VLLM_HOST_IP={SLURM_NET.ip}") == '"VLLM_HOST_IP=${VLLM_HOST_IP}"'
-    assert slurm_quote(f'$(x)`y`"{SLURM_NET.ip}\\') == '"\\$(x)\\`y\\`\\"${VLLM_HOST_IP}\\\\"'
+def test_runtime_words_expand_only_sentinels() -> None:
+    assert shell_quote(runtime_word("a b")) == "'a b'"
+    assert shell_quote(runtime_word(f"VLLM_HOST_IP={SLURM_NET.ip}")) == 'VLLM_HOST_IP="${VLLM_HOST_IP}"'
+    quoted = shell_quote(runtime_word(f'$(x)`y`"{SLURM_NET.ip}\\'))
+    assert quoted == "'$(x)`y`\"'\"${VLLM_HOST_IP}\"'\\'"
+    printed = subprocess.run(
+        ["bash", "-c", f"printf %s {quoted}"], env={"VLLM_HOST_IP": "1.2.3.4"}, capture_output=True, text=True
+    )
+    assert printed.stdout == '$(x)`y`"1.2.3.4\\'
+
+
+def test_values_that_look_like_job_variables_stay_literal() -> None:
+    """Only kit's own sentinels (NUL-delimited: no configured value can hold one) become "${VAR}"."""
+    cfg = slurm_config("docker", "mp", env={"A": "2147483641", "B": "@@KIT_JOB_TMP@@ ${KIT_NODE_RANK}"})
+    text = plan_launcher(cfg)  # type: ignore[arg-type]
+    assert "--env=A=2147483641" in text and "'--env=B=@@KIT_JOB_TMP@@ ${KIT_NODE_RANK}'" in text
+    assert '--env=KIT_NODE_RANK="${KIT_NODE_RANK}"' in text and '--label=kit.rank="${KIT_NODE_RANK}"' in text
 
 
 def test_no_secret_in_any_launcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -178,7 +197,7 @@ def test_no_secret_in_any_launcher(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         cfg = slurm_config(runtime, backend, hf_token_file=str(token), api_key_file=str(key))
         text = plan_launcher(cfg)  # type: ignore[arg-type]
         assert "SUPERSECRET" not in text
-        assert f"--{'bind' if runtime == 'apptainer' else 'volume'} {token}:/run/kit/secrets/hf_token:ro" in text
+        assert f"--{'bind' if runtime == 'apptainer' else 'volume'}={token}:/run/kit/secrets/hf_token:ro" in text
         assert "HF_TOKEN=" not in text and "VLLM_API_KEY=" not in text.replace('VLLM_API_KEY="$(cat', "")
     # and through the CLI, --submit included (with a fake sbatch)
     bindir = tmp_path / "bin"
@@ -285,15 +304,13 @@ def test_launcher_runs_and_hostile_values_stay_one_argument(runtime: str, hostil
     [argv] = [json.loads(line) for line in (tmp_path / "record.jsonl").read_text().splitlines()]
     assert argv[0] == runtime
     script = argv[argv.index("-c") + 1]
-    head, _ = container_scripts(cfg)  # type: ignore[arg-type]
-    assert script == head.rstrip("\n")  # the planned script, byte for byte
+    assert script == container_scripts(cfg)["KIT_HEAD_SCRIPT"]  # type: ignore[arg-type]  # byte for byte
     assert argv[-1] == f"kit-llama-head-{job}"
-    env_flag = "--env"
-    assert "VLLM_HOST_IP=10.9.0.1" in argv and argv[argv.index("VLLM_HOST_IP=10.9.0.1") - 1] == env_flag
-    assert "NCCL_SOCKET_IFNAME=ib0" in argv and "KIT_HEAD_ADDRESS=10.9.0.1" in argv
+    assert "--env=VLLM_HOST_IP=10.9.0.1" in argv
+    assert "--env=NCCL_SOCKET_IFNAME=ib0" in argv and "--env=KIT_HEAD_ADDRESS=10.9.0.1" in argv
     mount = "--bind" if runtime == "apptainer" else "--volume"
-    assert argv[argv.index(f"{token}:/run/kit/secrets/hf_token:ro") - 1] == mount
-    assert f"{hf}:/root/.cache/huggingface" in argv
+    assert f"{mount}={token}:/run/kit/secrets/hf_token:ro" in argv
+    assert f"{mount}={hf}:/root/.cache/huggingface" in argv
     assert "hf_SECRET" not in launcher.read_text()
     if runtime == "docker":
-        assert f"kit.slurm-job={job}" in argv and "--rm" in argv and "--detach" not in argv
+        assert f"--label=kit.slurm-job={job}" in argv and "--rm" in argv and "--detach" not in argv

@@ -1,0 +1,156 @@
+"""Stub binaries for running kit's generated shell without a cluster: SLURM (srun, squeue,
+scontrol, sbatch), iproute2 and host tools (ip, hostname, getent, curl, ssh), the engines (vllm,
+ray, python3 for the Ray barrier and version check) and the container runtimes (docker,
+apptainer). Fakes, because these tests run the artefacts with arbitrary hostile values in
+every field; the real components run in tests/integration and tests/slurm.
+
+Every stub appends its argv to $KIT_RECORD (one file per call, NUL-separated words: a value can
+hold anything but NUL), so a test can check that each value arrived verbatim as one word. The
+container stubs start the "container": its --env values in the environment, its command under
+bash, with kit's container paths (/tmp/kit, /run/kit/secrets) mapped into a private root
+($KIT_CONTAINER_ROOT/...) the way bind mounts would present them.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+RECORD = 'printf \'%s\\0\' "${0##*/}" "$@" > "${KIT_RECORD}/${EPOCHREALTIME/./}.$$.${RANDOM}"\n'
+
+BASH_STUBS = {
+    "vllm": RECORD,
+    # ray start of a worker succeeds once, then fails: with timeouts.join 0 the worker's rejoin
+    # loop ends (there is no raylet to watch). `ray start --head --block` blocks like the real one
+    # for KIT_STUB_RAY_BLOCK seconds (the SLURM head's entry must see its barrier line first).
+    "ray": RECORD
+    + """if [ "$1" = start ] && [ "$2" != --head ]; then
+  if [ -e "${KIT_RECORD}/.joined" ]; then exit 1; fi
+  : > "${KIT_RECORD}/.joined"
+fi
+case " $* " in *" --head "*) : > "${KIT_RECORD}/.head" ;; esac
+case " $* " in *" --block "*) exec /bin/sleep "${KIT_STUB_RAY_BLOCK:-0}" ;; esac
+""",
+    # `python3 - ...` is the Ray head's barrier: once the head started (as the real barrier waits
+    # for the GCS), report the cluster complete.
+    "python3": RECORD
+    + """if [ "$1" = - ]; then
+  for _ in {1..500}; do [ -e "${KIT_RECORD}/.head" ] && break; /bin/sleep 0.01; done
+  echo "KIT_READY nodes=$2 $3=$4"
+fi
+""",
+    "curl": RECORD,
+    "ssh": RECORD,
+    "sbatch": RECORD + "echo 4242\n",
+    "squeue": RECORD + 'echo "1:00:00"\n',
+    "scontrol": RECORD + "echo node1\n",
+    "getent": RECORD + 'echo "10.9.0.1      STREAM node1"\n',
+    "hostname": RECORD + 'if [ "${1:-}" = -I ]; then echo 10.9.0.1; else echo node1; fi\n',
+    "ip": RECORD
+    + """case "$*" in
+  *"route get"*) echo "$4 dev ib0 src 10.9.0.1 uid 0" ;;
+  *"addr show"*) echo "3: ib0    inet 10.9.0.1/16 brd 10.9.255.255 scope global ib0" ;;
+esac
+""",
+    # srun: skip its options, then run the step once per node, node 0 first (the real srun runs
+    # them on every node at once).
+    "srun": RECORD
+    + """while [ "${1#-}" != "$1" ]; do shift; done
+rc=0
+for ((node = 0; node < SLURM_JOB_NUM_NODES; node++)); do
+  SLURM_NODEID="${node}" "$@" || rc=$?
+done
+exit "${rc}"
+""",
+    # The mp node holds its container with `sleep infinity`; the wait loops sleep seconds: a short
+    # real pause instead (a loop waiting for something must not spin).
+    "sleep": 'if [ "$1" = infinity ]; then exit 0; fi\nexec /bin/sleep 0.02\n',
+    # cat inside a "container": kit's secret files are read where the bind mount put them.
+    "cat": """case "${1:-}" in
+  /run/kit/*) exec /bin/cat "${KIT_CONTAINER_ROOT:?not in a container}$1" ;;
+esac
+exec /bin/cat "$@"
+""",
+}
+
+CONTAINER = f"""#!{sys.executable}
+# docker run / apptainer exec as a stub: record, then run the command like the container would.
+import os, shutil, subprocess, sys, tempfile, time
+record = os.environ["KIT_RECORD"]
+name = os.path.basename(sys.argv[0])
+args = sys.argv[1:]
+with open(os.path.join(record, f"{{time.time_ns() // 1000}}.{{os.getpid()}}"), "wb") as f:
+    f.write(b"".join(os.fsencode(a) + b"\\0" for a in [name, *args]))
+if name == "docker" and args[:1] != ["run"] or name == "apptainer" and args[:1] != ["exec"]:
+    sys.exit(0)  # docker stop, ...
+env, mounts, i = dict(os.environ), {{}}, 1
+while args[i].startswith("-"):
+    flag, _, value = args[i].partition("=")
+    if flag == "--env":
+        key, _, val = value.partition("=")
+        env[key] = val
+    elif flag in ("--volume", "--bind"):
+        source, target = value.removesuffix(":ro").rsplit(":", 1)
+        mounts[target] = source
+    i += 1
+image, command = args[i], args[i + 1:]
+if name == "apptainer":
+    assert command[0] == "/bin/bash", command
+    command = command[1:]
+root = tempfile.mkdtemp(prefix="root-", dir=os.environ["KIT_CONTAINERS"])
+for target, source in mounts.items():
+    if target.startswith("/run/kit/") and os.path.isfile(source):
+        os.makedirs(os.path.dirname(root + target), exist_ok=True)
+        shutil.copy(source, root + target)
+for key, val in list(env.items()):
+    if val == "/tmp/kit" or val.startswith(("/tmp/kit/", "/run/kit/")):
+        env[key] = root + val
+env["KIT_CONTAINER_ROOT"] = root
+sys.exit(subprocess.run(["/bin/bash", *command], env=env, cwd=root).returncode)
+"""
+
+
+@dataclass(frozen=True)
+class Stubs:
+    bin: Path
+
+    def env(self, record: Path, containers: Path, **extra: str) -> dict[str, str]:
+        import os
+
+        return {
+            "PATH": f"{self.bin}:/usr/bin:/bin",
+            "HOME": os.environ.get("HOME", "/root"),
+            "LANG": "C.UTF-8",
+            "KIT_RECORD": str(record),
+            "KIT_CONTAINERS": str(containers),
+            **extra,
+        }
+
+
+def make_stubs(directory: Path) -> Stubs:
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, body in BASH_STUBS.items():
+        (directory / name).write_text("#!/bin/bash\n" + body)
+    for name in ("docker", "apptainer"):
+        (directory / name).write_text(CONTAINER)
+    for path in directory.iterdir():
+        path.chmod(0o755)
+    return Stubs(directory)
+
+
+def calls(record: Path) -> list[list[str]]:
+    """Every recorded call, in order: [program, arg, ...], each word as it arrived. (An empty file
+    is a stub killed by a trap before it wrote anything, e.g. a backgrounded `ray start`.)"""
+    files = sorted((p for p in record.iterdir() if p.is_file() and not p.name.startswith(".")), key=_order)
+    out = []
+    for path in files:
+        words = path.read_bytes().split(b"\0")[:-1]
+        if words:
+            out.append([w.decode("utf-8", "surrogateescape") for w in words])
+    return out
+
+
+def _order(path: Path) -> tuple[int, str]:
+    stamp = path.name.split(".", 1)[0]
+    return (int(stamp) if stamp.isdigit() else 0, path.name)

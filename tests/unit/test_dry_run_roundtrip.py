@@ -1,0 +1,196 @@
+"""What you see is what runs (issue 17): `kit up --dry-run` prints what the runtime adapter then
+executes, for every renderer. The printed command is parsed back and compared with what the
+adapter hands to its backend: docker-py's `containers.run` kwargs (a fake docker client records
+them: no engine is needed to see what kit asks for) and the `apptainer` argv passed to kit.proc
+(recorded instead of run: no Apptainer binary can be installed here, FIELD_NOTES §4).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shlex
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+
+import kit.runtime
+from kit import proc
+from kit.cli import main
+from kit.runtime.apptainer import ApptainerRuntime
+from kit.runtime.docker import DockerRuntime
+
+
+def run_kit(args: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code: int | str | None = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(args)
+        except SystemExit as exc:
+            code = exc.code
+    return int(code or 0), out.getvalue(), err.getvalue()
+
+
+def printed_commands(text: str) -> list[list[str]]:
+    """The command lines `kit up --dry-run` prints under '# command:' (each may span lines: the
+    node script is one quoted word), split into argv like the shell would."""
+    words = shlex.split(text.split("\n# command:\n", 1)[1])
+    starts = [i for i, w in enumerate(words) if w in ("docker", "apptainer") and (i == 0 or words[i - 1] != "-c")]
+    return [words[a:b] for a, b in zip(starts, [*starts[1:], len(words)], strict=True)]
+
+
+# ---- Docker: the printed `docker run`, parsed back into containers.run kwargs -------------------
+
+
+def kwargs_from_docker_argv(argv: Sequence[str]) -> dict[str, Any]:
+    """An independent reading of `docker run` flags into docker-py kwargs (docker.types included)."""
+    assert list(argv[:2]) == ["docker", "run"]
+    kw: dict[str, Any] = {"labels": {}, "environment": {}, "volumes": [], "detach": False}
+    i = 2
+    while argv[i].startswith("-"):
+        flag, _, value = argv[i].partition("=")
+        i += 1
+        if flag == "--detach":
+            kw["detach"] = True
+        elif flag == "--init":
+            kw["init"] = True
+        elif flag == "--name":
+            kw["name"] = value
+        elif flag == "--network":
+            kw["network_mode" if value == "host" else "network"] = value
+        elif flag == "--hostname":
+            kw["hostname"] = value
+        elif flag == "--ip":
+            kw["ip"] = value
+        elif flag == "--ipc":
+            kw["ipc_mode"] = value
+        elif flag == "--shm-size":
+            kw["shm_size"] = value
+        elif flag == "--gpus":
+            ids = None if value == "all" else value.strip('"').removeprefix("device=").split(",")
+            request = docker.types.DeviceRequest(count=-1 if ids is None else None, device_ids=ids,
+                                                 capabilities=[["gpu"]])  # fmt: skip
+            kw.setdefault("device_requests", []).append(request)
+        elif flag == "--device":
+            kw.setdefault("devices", []).append(value)
+        elif flag == "--cap-add":
+            kw.setdefault("cap_add", []).append(value)
+        elif flag == "--ulimit":
+            name, _, limits = value.partition("=")
+            soft, hard = (int(x) for x in limits.split(":"))
+            kw.setdefault("ulimits", []).append(docker.types.Ulimit(name=name, soft=soft, hard=hard))
+        elif flag == "--volume":
+            kw["volumes"].append(value if value.endswith(":ro") else f"{value}:rw")
+        elif flag == "--env":
+            key, _, val = value.partition("=")
+            kw["environment"][key] = val
+        elif flag == "--label":
+            key, _, val = value.partition("=")
+            kw["labels"][key] = val
+        elif flag == "--entrypoint":
+            kw["entrypoint"] = [value]
+        else:
+            raise AssertionError(f"unexpected flag {argv[i - 1]}")
+    kw["image"], kw["command"] = argv[i], list(argv[i + 1 :])
+    return kw
+
+
+class FakeDocker:
+    """Just enough of docker.DockerClient for DockerRuntime.start: containers.run is recorded."""
+
+    def __init__(self) -> None:
+        self.runs: list[dict[str, Any]] = []
+        self.api = self
+        outer = self
+
+        class Images:
+            def get(self, ref: str) -> Any:
+                return type("Image", (), {"id": "sha256:" + "0" * 64, "attrs": {}, "tags": [ref]})()
+
+        class Containers:
+            def get(self, name: str) -> Any:
+                raise docker.errors.NotFound(name)
+
+            def run(self, **kwargs: Any) -> Any:
+                outer.runs.append(kwargs)
+                return None
+
+        class Networks:
+            def list(self, names: Sequence[str] = ()) -> list[Any]:
+                return [type("Network", (), {"name": n})() for n in names]
+
+        self.images, self.containers, self.networks = Images(), Containers(), Networks()
+
+    def ping(self) -> bool:
+        return True
+
+    def create_endpoint_config(self, **kwargs: Any) -> Any:
+        return docker.types.EndpointConfig("1.44", **kwargs)
+
+
+DOCKER_CASES = {
+    "host network, IPC host, all GPUs, InfiniBand": ["--set", "infiniband=on"],
+    "simulation network with a fixed IP, shm, selected GPUs": [
+        "--network", "rtnet", "--set", "ipc_host=false", "--set", "shm_size=2g", "--set", "gpus=0,1",
+        "--gpus-per-node", "2",
+    ],
+    "CPU worker": ["--worker", "--head-address", "10.0.0.1", "--nodes", "2", "--accelerator", "cpu", "--network", "n"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", DOCKER_CASES)
+def test_docker_dry_run_is_what_containers_run_receives(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeDocker()
+    monkeypatch.setattr(kit.runtime, "get_runtime", lambda config: DockerRuntime(client=fake))
+    monkeypatch.setenv("KIT_STATE_DIR", str(tmp_path / "state"))
+    args = ["up", *DOCKER_CASES[case], "--cluster", "rt", "--set", f"hf_cache={tmp_path}"]
+    code, out, err = run_kit([*args, "--dry-run"])
+    assert code == 0, err
+    [printed] = printed_commands(out)
+    code, _, err = run_kit([*args, "--no-wait"])
+    assert code == 0, err
+    [ran] = fake.runs
+    expected = kwargs_from_docker_argv(printed)
+    if "ip" in expected:  # docker run --ip: an endpoint config on the network
+        ip = expected.pop("ip")
+        expected["networking_config"] = {expected["network"]: docker.types.EndpointConfig("1.44", ipv4_address=ip)}
+    assert ran == expected
+
+
+# ---- Apptainer: the printed `apptainer instance start` and `exec`, as kit.proc receives them ----
+
+
+def test_apptainer_dry_run_is_what_the_adapter_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[list[str]] = []
+    started: list[str] = []
+
+    def fake_run(argv: Sequence[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        ran.append(list(argv))
+        if list(argv[1:3]) == ["instance", "start"]:
+            started.append(argv[-1])
+        listing = {"instances": [{"instance": name, "img": "x"} for name in started]}
+        stdout = json.dumps(listing) if list(argv[1:3]) == ["instance", "list"] else ""
+        return subprocess.CompletedProcess(list(argv), 0, stdout, "")
+
+    monkeypatch.setattr(proc, "run", fake_run)
+    monkeypatch.setattr(
+        kit.runtime, "get_runtime", lambda config: ApptainerRuntime(config, binary="apptainer", state_dir=tmp_path)
+    )
+    args = ["up", "--runtime", "apptainer", "--image", str(tmp_path / "vllm.sif"), "--cluster", "rt",
+            "--set", f"hf_cache={tmp_path}", "--set", "infiniband=on"]  # fmt: skip
+    code, out, err = run_kit([*args, "--dry-run"])
+    assert code == 0, err
+    start, exec_ = printed_commands(out)
+    code, _, err = run_kit([*args, "--no-wait"])
+    assert code == 0, err
+    assert start in ran  # `apptainer instance start ...` exactly as printed
+    [detached] = [argv for argv in ran if argv[:2] == ["sh", "-c"]]
+    assert detached[5:] == exec_  # sh -c "nohup setsid ..." kit-detach LOG <the printed exec argv>
