@@ -102,7 +102,7 @@ class ServerError(KitError):
 
 
 class CommandError(KitError):
-    """A subprocess failed. argv is already redacted."""
+    """A command kit ran (kit.proc) failed or timed out. argv is already redacted."""
 
     exit_code = ExitCode.FAILURE
 

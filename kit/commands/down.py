@@ -25,11 +25,11 @@ def command(
     scancel the job, wait until it has left the queue, and remove its containers on this host.
     """
     if slurm_job is not None:
-        from kit import slurm_ctl
         from kit.output import progress
+        from kit.runtime import get_job_control
 
-        done = slurm_ctl.cancel(slurm_job, on_progress=lambda line: progress(line, as_json=as_json))
-        emit("down", {"slurm": done}, as_json=as_json, text=lambda: slurm_ctl.render_cancel(done))
+        done = get_job_control().cancel(slurm_job, on_progress=lambda line: progress(line, as_json=as_json))
+        emit("down", {"slurm": done.to_dict()}, as_json=as_json, text=done.render)
         return
     resolved = resolve_cluster(config_path, cluster, set_values)
     name = resolved.config.cluster

@@ -11,7 +11,7 @@ from kit.commands._params import Count, KitCommand
 from kit.errors import ConfigError, StartError
 from kit.plan.scripts import SERVE_LOG
 from kit.runtime import get_runtime
-from kit.runtime.base import NodeHandle, Runtime
+from kit.runtime.base import ContainerRuntime, NodeHandle
 
 
 @click.command(name="logs", cls=KitCommand)
@@ -54,14 +54,14 @@ def command(
         result = runtime.exec(node, argv)
         click.echo(result.stdout, nl=False)
         return
-    if follow and hasattr(runtime, "follow_logs"):
+    if follow:
         for chunk in runtime.follow_logs(node.name, tail=n_tail):
             click.echo(chunk, nl=False)
         return
     click.echo(runtime.logs(node.name, tail=n_tail), nl=False)
 
 
-def _follow_file(runtime: Runtime, node: NodeHandle) -> None:
+def _follow_file(runtime: ContainerRuntime, node: NodeHandle) -> None:
     """Poll the server log inside the container (works the same for every runtime)."""
     seen = 0
     while True:

@@ -108,10 +108,10 @@ def command(
     if not submit:
         emit("slurm", result, as_json=as_json, text=f"wrote {path} (submit it with: {shell_words(['sbatch', path])})")
         return
-    from kit import slurm_ctl
+    from kit.runtime import get_job_control
 
     progress(f"wrote {path}; submitting", as_json=as_json)
-    job = slurm_ctl.submit(path)
+    job = get_job_control().submit(path)
     result["job_id"] = job
     result["job_output"] = config.slurm.output.replace("%j", job)
     emit(

@@ -153,10 +153,10 @@ def command(
     its VLLM_HOST_IP. With model.dp > 1: the DP ranks each node should run and which have a live
     engine process. With --slurm JOB: the job's squeue state and its KIT_* lines (URL, tunnel)."""
     if slurm_job is not None:
-        from kit import slurm_ctl
+        from kit.runtime import get_job_control
 
-        job = slurm_ctl.status(slurm_job)
-        emit("status", {"slurm": job}, as_json=as_json, text=lambda: slurm_ctl.render_status(job))
+        job = get_job_control().status(slurm_job)
+        emit("status", {"slurm": job.to_dict()}, as_json=as_json, text=job.render)
         return
     resolved = resolve_cluster(config_path, cluster, set_values)
     config = resolved.config

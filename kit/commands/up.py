@@ -245,14 +245,13 @@ def image_drift(runtime: Runtime, ref: str) -> str | None:
     (another pull changed the tag on this node: nodes may now run different images)."""
     from kit.state import recorded_image
 
-    image_info = getattr(runtime, "image_info", None)
     record = recorded_image(ref)
-    if image_info is None or not record or not record.get("image_id"):
+    if not record or not record.get("image_id"):
         return None
-    info = image_info(ref)
-    if info and info["id"] != record["image_id"]:
+    info = runtime.images.image_info(ref)
+    if info and info.id != record["image_id"]:
         return (
-            f"{ref} is now {info['id'][:19]} but kit recorded {record['image_id'][:19]} "
+            f"{ref} is now {info.id[:19]} but kit recorded {record['image_id'][:19]} "
             f"on {record.get('recorded_at', '?')}; run `kit pull` on every node, then `kit verify`"
         )
     return None

@@ -10,7 +10,9 @@ Apptainer/spython quirks walled off here (FIELD_NOTES §4):
 - `-e` means `--cleanenv` (drops SLURM_*): kit only ever passes `--env`. No `--contain`: Ray
   breaks in its private 64 MB /tmp and /dev/shm.
 - A `docker://` pull rebuilds the SIF (two pulls are not byte-identical): the source digest is
-  recorded (from the reference or the image labels) instead of a hash of the SIF.
+  recorded (from the reference or the image labels) instead of a hash of the SIF
+  (kit/runtime/files.py, shared with other file-backed stores).
+- No private networks: ensure_network refuses (Apptainer uses the host network).
 - Instances carry no labels: kit keeps each node's labels and output in its state dir,
   `$KIT_STATE_DIR` or ~/.local/state/kit, as `<cluster>/<name>.json` and `<cluster>/<name>.log`.
 """
@@ -25,21 +27,35 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kit import __version__, proc
-from kit.config import KitConfig
-from kit.errors import CommandError, ImageError, KitError, RuntimeUnavailable, StartError
+from kit import proc
+from kit.errors import CommandError, ConfigError, ImageError, KitError, RuntimeUnavailable, StartError
+from kit.images import ContextPlan
 from kit.plan.forms import to_apptainer_exec_argv, to_apptainer_start_argv
 from kit.plan.node import ContainerSpec
 from kit.render import shell_quote
-from kit.runtime.base import ExecResult, NodeHandle, Runtime
+from kit.runtime import files
+from kit.runtime.base import (
+    BuildPlan,
+    BuildResult,
+    ContainerRuntime,
+    ExecResult,
+    ImageFile,
+    ImageInfo,
+    ImageStore,
+    NodeHandle,
+    OnProgress,
+    Progress,
+    PullPlan,
+    PullResult,
+)
 
 BINARIES = ("apptainer", "singularity")  # Apptainer installs `singularity` as an alias
-_DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
-_URI_RE = re.compile(r"^(docker|docker-daemon|oras|library|https?|shub)://")
+digest_from = files.digest_from
 
 
 def find_binary() -> str:
@@ -61,75 +77,69 @@ def state_root(environ: Mapping[str, str] | None = None) -> Path:
 
 def sif_name(ref: str) -> str:
     """A file name for an image reference: docker://vllm/vllm-openai:v0.11.0 -> vllm_vllm-openai_v0.11.0.sif."""
-    text = _URI_RE.sub("", ref)
-    text, _, digest = text.partition("@")
-    if digest:
-        text += "_" + digest.replace(":", "-")[:19]
-    elif ":" not in text.rsplit("/", 1)[-1]:
-        text += ":latest"
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", text.replace(":", "_")).strip("._")
-    return f"{name}.sif"
+    return files.image_file_name(ref, ".sif")
 
 
 def pull_uri(ref: str) -> str:
-    return ref if _URI_RE.match(ref) else f"docker://{ref}"
+    return ref if files.URI_RE.match(ref) else f"docker://{ref}"
 
 
-def digest_from(ref: str, labels: Mapping[str, str]) -> tuple[str | None, str | None]:
-    """(digest, where it came from): a pinned reference wins, then a digest-looking image label."""
-    match = _DIGEST_RE.search(ref)
-    if match:
-        return match.group(0), "reference"
-    for key in sorted(labels):
-        if "digest" in key.lower():
-            found = _DIGEST_RE.search(str(labels[key]))
-            if found:
-                return found.group(0), f"label {key}"
-    return None, None
+def definition_base(path: Path) -> str | None:
+    """The `From:` image of an Apptainer definition file (None when it names none)."""
+    for line in path.read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "From":
+            return value.strip()
+    return None
 
 
-@contextlib.contextmanager
-def _partial_file(dest: Path) -> Iterator[Path]:
-    """Yield a temporary name next to dest; on success the caller renames it, on any failure or
-    interrupt it is removed, so no half-written SIF is ever left behind."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    partial = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
-    try:
-        yield partial
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            partial.unlink()
+@dataclass(frozen=True)
+class ApptainerSettings:
+    """What the adapter needs from the configuration (config.apptainer)."""
+
+    image_dir: str = "~/.local/share/kit/images"  # where pulled/built SIF files go
+    cache_dir: str | None = None  # APPTAINER_CACHEDIR
+    tmp_dir: str | None = None  # APPTAINER_TMPDIR (room for the unpacked image)
 
 
-class ApptainerRuntime(Runtime):
+class ApptainerRuntime(ContainerRuntime, ImageStore):
+    """The binary is looked up on first use (RuntimeUnavailable without one), so planning
+    (what --dry-run prints) works on a host without Apptainer."""
+
     name = "apptainer"
 
     def __init__(
         self,
-        config: KitConfig | None = None,
+        settings: ApptainerSettings | None = None,
         *,
         binary: str | None = None,
         state_dir: str | Path | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
-        self.binary = binary or find_binary()
-        self.config = config
+        self.settings = settings or ApptainerSettings()
+        self._binary = binary
         self.environ = dict(os.environ if environ is None else environ)
         self.state_dir = Path(state_dir) if state_dir else state_root(self.environ)
 
+    @property
+    def binary(self) -> str:
+        if self._binary is None:
+            self._binary = find_binary()
+        return self._binary
+
+    @property
+    def images(self) -> ApptainerRuntime:
+        return self  # SIF files under settings.image_dir (or the path config.image names)
+
     # ---- plumbing -------------------------------------------------------------------------
     def _env(self) -> dict[str, str]:
-        """APPTAINER_CACHEDIR / APPTAINER_TMPDIR from config (and the SINGULARITY_* twins)."""
+        """APPTAINER_CACHEDIR / APPTAINER_TMPDIR from the settings (and the SINGULARITY_* twins)."""
         env = dict(self.environ)
-        if self.config is not None:
-            for var, value in (
-                ("CACHEDIR", self.config.apptainer.cache_dir),
-                ("TMPDIR", self.config.apptainer.tmp_dir),
-            ):
-                if value:
-                    path = str(Path(value).expanduser())
-                    Path(path).mkdir(parents=True, exist_ok=True)
-                    env[f"APPTAINER_{var}"] = env[f"SINGULARITY_{var}"] = path
+        for var, value in (("CACHEDIR", self.settings.cache_dir), ("TMPDIR", self.settings.tmp_dir)):
+            if value:
+                path = str(Path(value).expanduser())
+                Path(path).mkdir(parents=True, exist_ok=True)
+                env[f"APPTAINER_{var}"] = env[f"SINGULARITY_{var}"] = path
         return env
 
     def _argv(self, argv: Sequence[str]) -> list[str]:
@@ -139,74 +149,107 @@ class ApptainerRuntime(Runtime):
     def _run(self, args: Sequence[str], *, check: bool = True, timeout: float | None = None, what: str = "") -> Any:
         return proc.run(self._argv(["apptainer", *args]), env=self._env(), check=check, timeout=timeout, what=what)
 
-    def _cluster_dir(self, name: str) -> Path:
-        if self.config is not None and name.startswith(f"kit-{self.config.cluster}-"):
-            return self.state_dir / self.config.cluster
-        for meta in self.state_dir.glob(f"*/{name}.json"):
-            return meta.parent
-        return self.state_dir / (self.config.cluster if self.config else "_")
+    def _cluster_dir(self, name: str, cluster: str | None = None) -> Path:
+        """Where a node's record and log live: <state>/<cluster>/ (instances carry no labels)."""
+        if cluster:
+            return self.state_dir / cluster
+        for pattern in (f"*/{name}.json", f"*/{name}.log"):
+            for found in self.state_dir.glob(pattern):
+                return found.parent
+        return self.state_dir / "_"
 
     def log_path(self, name: str) -> Path:
         return self._cluster_dir(name) / f"{name}.log"
 
-    def _meta(self, name: str) -> dict[str, Any]:
+    def _meta(self, name: str, cluster: str | None = None) -> dict[str, Any]:
         try:
-            data: dict[str, Any] = json.loads((self._cluster_dir(name) / f"{name}.json").read_text())
+            data: dict[str, Any] = json.loads((self._cluster_dir(name, cluster) / f"{name}.json").read_text())
             return data
         except (OSError, ValueError):
             return {}
 
     # ---- images ---------------------------------------------------------------------------
-    def pull(self, ref: str, *, image_dir: str, on_progress: Callable[[str], None]) -> dict[str, Any]:
-        """`apptainer pull` a docker:// (or oras://, library://, https://) image into
-        `image_dir/<sif_name(ref)>`, atomically: written under a temporary name and renamed only on
-        success; a failed or interrupted (Ctrl-C) pull leaves no SIF behind.
+    def image_path(self, ref: str) -> Path:
+        """The SIF a reference means here: a path to a SIF as given, else <image_dir>/<sif_name(ref)>."""
+        if ref.endswith(".sif") or ref.startswith(("/", "./", "~")):
+            return Path(ref).expanduser()
+        return Path(self.settings.image_dir).expanduser() / sif_name(ref)
 
-        Returns {"path": SIF path, "source": the pulled URI, "digest": "sha256:…" or None,
-        "digest_source": "reference" | "label <key>" | None, "labels": the SIF's labels,
-        "size": bytes, "seconds": duration, "metadata": path of the JSON record written beside the SIF}.
-        """
+    def image_info(self, ref: str) -> ImageInfo | None:
+        return files.file_info(ref, self.image_path(ref))
+
+    def plan_pull(self, ref: str) -> PullPlan:
+        """`apptainer pull --force SIF URI` of a docker:// (or oras://, library://, https://) image
+        into <image_dir>/<sif_name(ref)>. Runs written under a temporary name (see pull)."""
         uri = pull_uri(ref)
-        dest = Path(image_dir).expanduser() / sif_name(ref)
+        if uri.startswith("docker://"):  # other schemes are apptainer's to check
+            from kit.images import parse_ref
+
+            parse_ref(uri.removeprefix("docker://"))
+        dest = Path(self.settings.image_dir).expanduser() / sif_name(ref)
+        argv = ("apptainer", "pull", "--force", str(dest), uri)
+        return PullPlan(ref=ref, runtime=self.name, source=uri, destination=str(dest), argv=argv)
+
+    def pull(self, plan: PullPlan, *, on_progress: OnProgress) -> PullResult:
+        """Run the planned pull atomically: the SIF is written under a temporary name (the plan's
+        destination replaced) and renamed only on success; a failed or interrupted (Ctrl-C) pull
+        leaves no SIF behind. The source digest is recorded beside the SIF."""
+        dest = Path(plan.destination)
         started = time.monotonic()
-        with _partial_file(dest) as partial:
-            on_progress(f"pulling {uri} -> {dest} (Apptainer converts the layers to SIF: this takes minutes)")
+        with files.partial_file(dest) as partial:
+            on_progress(
+                Progress(f"pulling {plan.source} -> {dest} (Apptainer converts the layers to SIF: this takes minutes)")
+            )
+            argv = [str(partial) if word == plan.destination else word for word in plan.argv]
             try:
-                self._run(["pull", "--force", str(partial), uri], what=f"{self.binary} pull")
+                proc.run(self._argv(argv), env=self._env(), what=f"{self.binary} pull")
             except CommandError as err:
                 raise ImageError(
-                    f"pull of {uri} failed (exit {err.returncode})",
+                    f"pull of {plan.source} failed (exit {err.returncode})",
                     details=err.details,
                     hint=_pull_hint(err.stderr),
                 ) from None
             if not partial.is_file() or partial.stat().st_size == 0:
-                raise ImageError(f"pull of {uri} reported success but wrote no image", hint="retry; check disk space")
-            on_progress("reading the image labels")
+                raise ImageError(
+                    f"pull of {plan.source} reported success but wrote no image", hint="retry; check disk space"
+                )
+            on_progress(Progress("reading the image labels"))
             labels = self.labels(str(partial))
             partial.replace(dest)
-        return self._record(dest, uri, labels, started, on_progress)
+        record = self._record(dest, plan.source, labels, started, on_progress)
+        if not record.digest:
+            raise ImageError(f"apptainer pull of {plan.ref} returned no digest")
+        return PullResult(ref=plan.ref, runtime=self.name, digest=record.digest, seconds=record.seconds, file=record)
 
-    def build(self, source: str, dest: str, *, on_progress: Callable[[str], None]) -> dict[str, Any]:
-        """`apptainer build` a SIF from kit's Docker image (`docker-daemon:REPO:TAG`, or any URI
-        apptainer takes) or from a definition file (e.g. containers/vllm/kit-vllm.def); atomic like
-        `pull`. From a local Docker image the digest is its image id (`docker image inspect`).
-
-        Returns the same keys as `pull`: {"path", "source", "digest", "digest_source", "labels",
-        "size", "seconds", "metadata"}.
-        """
-        target = Path(dest).expanduser()
-        is_def = Path(source).is_file()
-        started = time.monotonic()
-        args = ["build", "--force"]
-        if is_def and os.geteuid() != 0:
+    def plan_build(self, context: ContextPlan, *, source: str | None = None, dest: str | None = None) -> BuildPlan:
+        """A SIF of kit's image: from containers/NAME/kit-NAME.def when it bootstraps from the
+        planned tag, else from the local Docker image (`docker-daemon:TAG`), or from `source`.
+        The Docker build's own options (context files, build args) do not apply here."""
+        definition = context.files.get(f"kit-{context.name}.def")
+        if source is None:
+            use_def = definition is not None and definition_base(definition) == context.tag
+            source = str(definition) if use_def and definition is not None else f"docker-daemon:{context.tag}"
+        target = Path(dest).expanduser() if dest else Path(self.settings.image_dir).expanduser() / sif_name(context.tag)
+        args = ["apptainer", "build", "--force"]
+        if Path(source).is_file() and os.geteuid() != 0:
             args.append("--fakeroot")  # a definition file build needs root or fakeroot
-        with _partial_file(target) as partial:
-            on_progress(f"building {target} from {source}")
+        return BuildPlan(
+            name=context.name, runtime=self.name, image=str(target), source=source, argv=(*args, str(target), source)
+        )
+
+    def build(self, plan: BuildPlan, *, on_progress: OnProgress) -> BuildResult:
+        """Run the planned `apptainer build`, atomic like pull. From a local Docker image the
+        digest is its image id (asked of the Docker adapter)."""
+        target = Path(plan.image)
+        started = time.monotonic()
+        with files.partial_file(target) as partial:
+            on_progress(Progress(f"building {target} from {plan.source}"))
+            argv = [str(partial) if word == plan.image else word for word in plan.argv]
             try:
-                self._run([*args, str(partial), source], what=f"{self.binary} build")
+                proc.run(self._argv(argv), env=self._env(), what=f"{self.binary} build")
             except CommandError as err:
                 raise ImageError(
-                    f"build of {target} from {source} failed (exit {err.returncode})",
+                    f"build of {target} from {plan.source} failed (exit {err.returncode})",
                     details=err.details,
                     hint="for docker-daemon: the image must exist locally (`kit build`); "
                     "for a .def: apptainer needs root or --fakeroot",
@@ -215,14 +258,22 @@ class ApptainerRuntime(Runtime):
                 raise ImageError(f"build of {target} reported success but wrote no image")
             labels = self.labels(str(partial))
             partial.replace(target)
-        result = self._record(target, source, labels, started, on_progress)
-        if result["digest"] is None and source.startswith("docker-daemon:"):
-            image = source.removeprefix("docker-daemon:").removeprefix("//")
-            inspected = proc.run(["docker", "image", "inspect", "--format", "{{.Id}}", image], check=False)
-            if inspected.returncode == 0 and _DIGEST_RE.search(inspected.stdout):
-                result["digest"], result["digest_source"] = inspected.stdout.strip(), "docker image id"
-                Path(result["metadata"]).write_text(json.dumps(result, indent=2) + "\n")
-        return result
+        digest = None
+        if plan.source.startswith("docker-daemon:") and files.digest_from(plan.source, labels)[0] is None:
+            from kit.runtime.docker import local_image_id
+
+            image_id = local_image_id(plan.source.removeprefix("docker-daemon:").removeprefix("//"))
+            if image_id and files.DIGEST_RE.search(image_id):
+                digest = (image_id, "docker image id")
+        record = self._record(target, plan.source, labels, started, on_progress, digest=digest)
+        return BuildResult(
+            name=plan.name,
+            runtime=self.name,
+            image=str(target),
+            digest=record.digest,
+            seconds=record.seconds,
+            file=record,
+        )
 
     def labels(self, image: str) -> dict[str, str]:
         """The SIF's labels (`inspect --json --labels`); {} when it has none."""
@@ -235,27 +286,32 @@ class ApptainerRuntime(Runtime):
         return {str(k): str(v) for k, v in labels.items()}
 
     def _record(
-        self, path: Path, source: str, labels: Mapping[str, str], started: float, on_progress: Callable[[str], None]
-    ) -> dict[str, Any]:
-        digest, where = digest_from(source, labels)
-        meta = path.with_name(path.name + ".json")
-        result: dict[str, Any] = {
-            "path": str(path),
-            "source": source,
-            "digest": digest,
-            "digest_source": where,
-            "labels": dict(labels),
-            "size": path.stat().st_size,
-            "seconds": round(time.monotonic() - started, 1),
-            "metadata": str(meta),
-            "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "kit_version": __version__,
-        }
-        meta.write_text(json.dumps(result, indent=2) + "\n")
-        on_progress(f"{path}: {result['size'] / 1e9:.2f} GB in {result['seconds']} s, digest {digest or 'unknown'}")
-        return result
+        self,
+        path: Path,
+        source: str,
+        labels: Mapping[str, str],
+        started: float,
+        on_progress: OnProgress,
+        *,
+        digest: tuple[str | None, str | None] | None = None,
+    ) -> ImageFile:
+        record = files.write_record(path, source, labels, started, digest=digest)
+        on_progress(
+            Progress(f"{path}: {record.size / 1e9:.2f} GB in {record.seconds} s, digest {record.digest or 'unknown'}")
+        )
+        return record
+
+    def remove_image(self, ref: str) -> bool:
+        return files.remove_file(self.image_path(ref))
 
     # ---- instances --------------------------------------------------------------------------
+    def ensure_network(self, name: str, subnet: str, cluster: str) -> None:
+        raise ConfigError(
+            f"Apptainer has no private networks (network {name!r}): instances use the host network",
+            key="network",
+            hint="unset network and network_subnet, or use runtime: docker for local multi-node simulation",
+        )
+
     def _instances(self) -> list[dict[str, Any]]:
         result = self._run(["instance", "list", "--json"], what=f"{self.binary} instance list")
         try:
@@ -275,7 +331,7 @@ class ApptainerRuntime(Runtime):
             name = str(inst.get("instance", ""))
             if not name.startswith(prefix):
                 continue
-            meta = self._meta(name)
+            meta = self._meta(name, cluster)
             labels = meta.get("labels", {})
             role = labels.get("kit.role") or ("head" if name == f"{prefix}head" else "worker")
             rank = labels.get("kit.rank") or (name.rsplit("-", 1)[-1] if role == "worker" else "0")
@@ -295,19 +351,18 @@ class ApptainerRuntime(Runtime):
             )
         return sorted(nodes, key=lambda n: (n.role != "head", n.rank))
 
-    def start(self, spec: ContainerSpec) -> Any:
+    def start(self, spec: ContainerSpec) -> None:
         """`instance start` (checked: the instance must be listed), then the node script detached
         inside it, its output going to the node's log file in kit's state dir."""
-        image = self.config.image if self.config is not None else spec.image
-        directory = self._cluster_dir(spec.name)
+        directory = self._cluster_dir(spec.name, spec.labels.get("kit.cluster"))
         directory.mkdir(parents=True, exist_ok=True)
         log = directory / f"{spec.name}.log"
         log.write_text("")
         try:
-            self._run(to_apptainer_start_argv(spec, image)[1:], what=f"{self.binary} instance start")
+            self._run(to_apptainer_start_argv(spec, spec.image)[1:], what=f"{self.binary} instance start")
         except CommandError as err:
             raise StartError(
-                f"cannot start instance {spec.name} from {image} (exit {err.returncode})",
+                f"cannot start instance {spec.name} from {spec.image} (exit {err.returncode})",
                 details=err.details,
                 hint="check the SIF path (`kit pull --runtime apptainer`) and the bind sources",
             ) from None
@@ -318,7 +373,7 @@ class ApptainerRuntime(Runtime):
                 {
                     "name": spec.name,
                     "labels": dict(spec.labels),
-                    "image": image,
+                    "image": spec.image,
                     "log": str(log),
                     "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                 },
@@ -327,7 +382,6 @@ class ApptainerRuntime(Runtime):
             + "\n"
         )
         self._detach(to_apptainer_exec_argv(spec), log)
-        return {"name": spec.name, "log": str(log)}
 
     def _detach(self, argv: Sequence[str], log: Path) -> None:
         """Start argv in the background (nohup, own session) with its output appended to log."""
@@ -394,7 +448,7 @@ class ApptainerRuntime(Runtime):
         return ExecResult(returncode=result.returncode, stdout=result.stdout, stderr=result.stderr)
 
     def exec_detached(self, node: NodeHandle, argv: Sequence[str]) -> None:
-        log = self._cluster_dir(node.name) / f"{node.name}.exec.log"
+        log = self._cluster_dir(node.name, node.cluster) / f"{node.name}.exec.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         self._detach(["apptainer", "exec", f"instance://{node.name}", *argv], log)
 
@@ -405,11 +459,7 @@ class ApptainerRuntime(Runtime):
 
 def _sif_digest(img: str) -> str | None:
     """The source digest recorded beside a SIF by `pull`/`build`, if any."""
-    try:
-        data = json.loads(Path(img + ".json").read_text())
-    except (OSError, ValueError):
-        return None
-    digest = data.get("digest")
+    digest = files.read_record(Path(img)).get("digest") if img else None
     return str(digest) if digest else None
 
 

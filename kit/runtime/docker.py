@@ -1,23 +1,58 @@
-"""The Docker adapter: the only module that imports docker-py. It starts the plan unchanged.
+"""The Docker adapter: the only module that imports docker-py or runs the docker CLI. It starts
+the plan unchanged and implements both ContainerRuntime and ImageStore (kit/runtime/base.py).
 
 docker-py quirks walled off here (FIELD_NOTES §3): images.pull() swallows errors inside the
 stream (so the low-level API is used and every event checked); containers.run() silently pulls
 a missing image (so presence is checked first); exec_run(stream=True) has no exit code.
+The docker CLI (DockerCli) is used only where the user names the binary (`kit verify --image
+--docker`); everything else goes through the engine API.
 """
 
 from __future__ import annotations
 
+import collections
+import json
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from kit.errors import ImageError, KitError, RuntimeUnavailable, StartError
+from kit import proc
+from kit.errors import CommandError, ImageError, KitError, RuntimeUnavailable, StartError, UsageError
+from kit.images import (
+    CONTEXT_PLACEHOLDER,
+    ContextPlan,
+    PullProgress,
+    build_step_line,
+    docker_build_argv,
+    parse_ref,
+    pick_digest,
+    shorten_build_error,
+    to_docker_build_kwargs,
+    write_build_context,
+)
 from kit.plan.forms import to_docker_kwargs
 from kit.plan.node import ContainerSpec
 from kit.render import shell_words
-from kit.runtime.base import ExecResult, NodeHandle, Runtime
+from kit.runtime.base import (
+    BuildPlan,
+    BuildResult,
+    ContainerRuntime,
+    ExecResult,
+    ImageInfo,
+    ImageStore,
+    NodeHandle,
+    OnProgress,
+    Progress,
+    PullPlan,
+    PullResult,
+)
 
 LABEL_MANAGED = "kit.managed=true"
+# Engine error texts that mean the registry, not the name or credentials, is the problem.
+_UNREACHABLE = ("connection refused", "connection reset", "unexpected EOF", "i/o timeout", "no such host", "cut off")
 
 
 def _docker() -> Any:
@@ -26,24 +61,40 @@ def _docker() -> Any:
     return docker
 
 
-class DockerRuntime(Runtime):
+class DockerRuntime(ContainerRuntime, ImageStore):
+    """The engine is reached on first use (RuntimeUnavailable if it cannot be), so planning
+    (`plan_pull`, `plan_build`: what --dry-run prints) works on a host without it."""
+
     name = "docker"
 
     def __init__(self, client: Any = None) -> None:
-        docker = _docker()
-        try:
-            self.client = client or docker.from_env(timeout=120)
-            self.client.ping()
-        except Exception as exc:  # DockerException, requests errors, socket errors
-            raise RuntimeUnavailable(
-                f"the Docker engine is not reachable ({_short(exc)})",
-                hint="start dockerd (or Docker Desktop), check DOCKER_HOST, and that you may use the socket",
-            ) from None
-        self.api = self.client.api
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            docker = _docker()
+            try:
+                client = docker.from_env(timeout=120)
+                client.ping()
+            except Exception as exc:  # DockerException, requests errors, socket errors
+                raise RuntimeUnavailable(
+                    f"the Docker engine is not reachable ({_short(exc)})",
+                    hint="start dockerd (or Docker Desktop), check DOCKER_HOST, and that you may use the socket",
+                ) from None
+            self._client = client
+        return self._client
+
+    @property
+    def api(self) -> Any:
+        return self.client.api
+
+    @property
+    def images(self) -> DockerRuntime:
+        return self  # the engine's own image store
 
     # ---- images -------------------------------------------------------------------------
-    def image_info(self, ref: str) -> dict[str, Any] | None:
-        """{'id', 'repo_digests', 'tags'} of a local image, or None."""
+    def image_info(self, ref: str) -> ImageInfo | None:
         docker = _docker()
         try:
             image = self.client.images.get(ref)
@@ -51,71 +102,152 @@ class DockerRuntime(Runtime):
             return None
         except docker.errors.APIError as exc:
             raise ImageError(f"cannot inspect image {ref}: {_short(exc)}") from None
-        return {
-            "id": image.id,
-            "repo_digests": list(image.attrs.get("RepoDigests") or []),
-            "tags": list(image.tags),
-            "labels": dict((image.attrs.get("Config") or {}).get("Labels") or {}),
-        }
+        return ImageInfo(
+            ref=ref,
+            id=image.id,
+            digests=tuple(image.attrs.get("RepoDigests") or []),
+            tags=tuple(image.tags),
+            labels=dict((image.attrs.get("Config") or {}).get("Labels") or {}),
+        )
 
-    def pull_events(
-        self, repository: str, tag: str, auth_config: Mapping[str, str] | None = None
-    ) -> Iterator[dict[str, Any]]:
+    def plan_pull(self, ref: str) -> PullPlan:
+        name = str(parse_ref(ref))
+        return PullPlan(ref=name, runtime=self.name, source=name, destination=f"the Docker engine, tagged {name}")
+
+    def pull(self, plan: PullPlan, *, on_progress: OnProgress) -> PullResult:
+        """Streaming pull with per-layer progress; a failed or interrupted pull removes a tag
+        that was not there before (issue 3)."""
+        ref = parse_ref(plan.source)
+        name = str(ref)
+        before = self.image_info(name)
+        tracker = PullProgress()
+        started = time.monotonic()
+        on_progress(Progress(f"pulling {name}"))
+        try:
+            for event in self._pull_events(ref.repository, ref.pull_tag):
+                line = tracker.line(event, time.monotonic())
+                on_progress(Progress(line, "layer", tracker.summary()))
+        except ImageError as err:
+            self._drop_half_tag(name, before)
+            hint = err.hint
+            if any(mark in err.message for mark in _UNREACHABLE):
+                hint = "the registry went away or is unreachable: check it (and any proxy), then retry"
+            raise ImageError(err.message, hint=hint, details=err.details) from None
+        except (KitError, KeyboardInterrupt):
+            self._drop_half_tag(name, before)
+            raise
+        info = self.image_info(name)
+        if info is None:  # the stream ended cleanly but nothing arrived: do not record a phantom
+            raise ImageError(f"pull of {name} ended but the image is not on this host", hint="retry; see dockerd's log")
+        digest = pick_digest(ref, info.digests, info.id) or tracker.digest or info.id
+        return PullResult(
+            ref=name,
+            runtime=self.name,
+            digest=digest,
+            seconds=round(time.monotonic() - started, 1),
+            image_id=info.id,
+        )
+
+    def _drop_half_tag(self, name: str, before: ImageInfo | None) -> None:
+        if before is not None:
+            return
+        try:
+            if self.image_info(name) is not None:
+                self.remove_image(name)
+        except KitError:
+            pass  # the engine went away too; the pull error is the one to report
+
+    def _pull_events(self, repository: str, tag: str) -> Iterator[dict[str, Any]]:
         """Low-level streaming pull; raises ImageError for errors inside the stream."""
         docker = _docker()
+        hint = "check the image name, tag and registry credentials (docker login)"
         try:
-            stream = self.api.pull(repository, tag=tag, stream=True, decode=True, auth_config=auth_config)
-            for event in stream:
+            for event in self.api.pull(repository, tag=tag, stream=True, decode=True):
                 if "errorDetail" in event or "error" in event:
                     detail = event.get("errorDetail", {}).get("message") or event.get("error")
-                    raise ImageError(
-                        f"pull of {repository}:{tag} failed: {detail}",
-                        hint="check the image name, tag and registry credentials (docker login)",
-                    )
+                    raise ImageError(f"pull of {repository}:{tag} failed: {detail}", hint=hint)
                 yield event
         except docker.errors.APIError as exc:
-            raise ImageError(
-                f"pull of {repository}:{tag} failed: {_short(exc)}",
-                hint="check the image name, tag and registry credentials (docker login)",
-            ) from None
-        except (ConnectionError, OSError) as exc:
-            raise ImageError(
-                f"pull of {repository}:{tag} was cut off: {_short(exc)}",
-                hint="check that the registry is reachable and retry",
-            ) from None
+            raise ImageError(f"pull of {repository}:{tag} failed: {_short(exc)}", hint=hint) from None
         except Exception as exc:
             if isinstance(exc, KitError):
                 raise
-            # requests' ChunkedEncodingError/ProtocolError when the registry disappears mid-pull
+            # OSError, or requests' ChunkedEncodingError/ProtocolError when the registry disappears mid-pull
             raise ImageError(
                 f"pull of {repository}:{tag} was cut off: {_short(exc)}",
                 hint="check that the registry is reachable and retry",
             ) from None
 
-    def build_events(
-        self, context: str, tag: str, buildargs: Mapping[str, str], dockerfile: str = "Dockerfile"
-    ) -> Iterator[dict[str, Any]]:
+    def plan_build(self, context: ContextPlan, *, source: str | None = None, dest: str | None = None) -> BuildPlan:
+        if source is not None or dest is not None:
+            raise UsageError(
+                "--from and --sif are for runtime apptainer",
+                hint="the Docker build always builds containers/NAME/; drop them or pass --runtime apptainer",
+            )
+        argv = docker_build_argv(to_docker_build_kwargs(context, CONTEXT_PLACEHOLDER))
+        return BuildPlan(
+            name=context.name,
+            runtime=self.name,
+            image=context.tag,
+            source=f"containers/{context.name}/",
+            argv=tuple(argv),
+            context=context,
+        )
+
+    def build(self, plan: BuildPlan, *, on_progress: OnProgress) -> BuildResult:
+        """Assemble the planned context in a temp folder and send the planned build request."""
+        context = plan.context
+        if context is None or plan.runtime != self.name:
+            raise UsageError(f"not a Docker build plan: {plan.name} ({plan.runtime})")
+        started = time.monotonic()
+        tail: collections.deque[str] = collections.deque(maxlen=25)
+        tracker = PullProgress()  # FROM images the builder pulls report layer progress
+        last_step: str | None = None
+        on_progress(Progress(f"building {context.tag} from containers/{context.name}/"))
+        with tempfile.TemporaryDirectory(prefix="kit-build-") as tmp:
+            write_build_context(context, Path(tmp))
+            try:
+                for event in self._build_events(to_docker_build_kwargs(context, tmp)):
+                    step = build_step_line(event)
+                    if step:
+                        last_step = step
+                        on_progress(Progress(step))
+                        continue
+                    for line in str(event.get("stream") or "").splitlines():
+                        if line.strip():
+                            tail.append(line.rstrip())
+                            on_progress(Progress(line.rstrip(), "detail"))
+                    if "status" in event:
+                        on_progress(Progress(tracker.line(event, time.monotonic()), "layer", tracker.summary()))
+            except ImageError as err:
+                raise ImageError(
+                    shorten_build_error(err.message, context.tag, last_step),
+                    hint=err.hint or "see the builder output above; fix the Dockerfile or the build args",
+                    details=list(tail),
+                ) from None
+        info = self.image_info(context.tag)
+        if info is None:
+            raise ImageError(f"the build of {context.tag} finished but the image is not there", details=list(tail))
+        return BuildResult(
+            name=context.name,
+            runtime=self.name,
+            image=context.tag,
+            digest=info.id,
+            seconds=round(time.monotonic() - started, 1),
+            buildargs=dict(context.buildargs),
+        )
+
+    def _build_events(self, kwargs: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+        """The engine's build stream for the planned request; ImageError for errors inside it."""
         docker = _docker()
         try:
-            for event in self.api.build(
-                path=context,
-                tag=tag,
-                buildargs=dict(buildargs),
-                dockerfile=dockerfile,
-                rm=True,
-                forcerm=True,
-                decode=True,
-                labels={"kit.managed": "true"},
-            ):
+            for event in self.api.build(**kwargs, decode=True):  # decode: the stream as dicts
                 if "errorDetail" in event or "error" in event:
                     detail = event.get("errorDetail", {}).get("message") or event.get("error")
-                    raise ImageError(f"build of {tag} failed: {str(detail).strip()}")
+                    raise ImageError(f"build of {kwargs['tag']} failed: {str(detail).strip()}")
                 yield event
         except docker.errors.APIError as exc:
-            raise ImageError(f"build of {tag} failed: {_short(exc)}") from None
-
-    def tag(self, image_id: str, repository: str, tag: str) -> None:
-        self.api.tag(image_id, repository, tag=tag)
+            raise ImageError(f"build of {kwargs['tag']} failed: {_short(exc)}") from None
 
     def remove_image(self, ref: str) -> bool:
         """Remove a local tag (and the image when no other tag uses it). False when it was not there."""
@@ -162,7 +294,7 @@ class DockerRuntime(Runtime):
         except docker.errors.NotFound:
             return None
 
-    def start(self, spec: ContainerSpec) -> Any:
+    def start(self, spec: ContainerSpec) -> None:
         """Create and start the planned container, detached and labelled."""
         docker = _docker()
         if self.image_info(spec.image) is None:  # containers.run would pull it silently
@@ -179,7 +311,7 @@ class DockerRuntime(Runtime):
             endpoints = kwargs["networking_config"].items()
             kwargs["networking_config"] = {net: self.api.create_endpoint_config(**e) for net, e in endpoints}
         try:
-            return self.client.containers.run(**kwargs)
+            self.client.containers.run(**kwargs)
         except docker.errors.ImageNotFound:
             raise ImageError(
                 f"image {spec.image} is not on this host", hint=f"run `{shell_words(['kit', 'pull', spec.image])}`"
@@ -206,7 +338,8 @@ class DockerRuntime(Runtime):
         out: bytes = container.logs(tail=tail)
         return out.decode(errors="replace")
 
-    def follow_logs(self, name: str, *, tail: int | str = "all") -> Iterator[str]:
+    def follow_logs(self, name: str, *, tail: int | str = "all", poll_s: float = 1.0) -> Iterator[str]:
+        """The engine's own log stream (poll_s is unused: nothing is polled)."""
         container = self.find_container(name)
         if container is None:
             return
@@ -264,7 +397,7 @@ class DockerRuntime(Runtime):
         digest = None
         if image_id:
             info = self.image_info(image_id)
-            digest = info["repo_digests"][0] if info and info["repo_digests"] else image_id
+            digest = info.digests[0] if info and info.digests else image_id
         return NodeHandle(
             name=container.name,
             cluster=labels.get("kit.cluster", ""),
@@ -325,6 +458,18 @@ class DockerRuntime(Runtime):
             container.remove(force=True)
         return ExecResult(returncode=code, stdout=out, stderr=err)
 
+    def remove_labelled(self, key: str, value: str) -> list[str]:
+        """Remove every kit container labelled key=value (e.g. a SLURM job's); their names."""
+        docker = _docker()
+        removed = []
+        for container in self.client.containers.list(all=True, filters={"label": [f"{key}={value}"]}):
+            try:
+                container.remove(force=True)
+                removed.append(container.name)
+            except docker.errors.NotFound:
+                pass
+        return removed
+
     def remove_cluster(self, cluster: str) -> dict[str, list[str]]:
         """Remove every container and network labelled with the cluster. Idempotent."""
         docker = _docker()
@@ -343,6 +488,59 @@ class DockerRuntime(Runtime):
             except docker.errors.NotFound:
                 pass
         return removed
+
+
+def local_image_id(ref: str) -> str | None:
+    """The id of a local Docker image, or None (no such image, or no engine on this host)."""
+    try:
+        info = DockerRuntime().image_info(ref)
+    except (RuntimeUnavailable, ImageError):
+        return None
+    return info.id if info else None
+
+
+# ---- the docker command line ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DockerCli:
+    """The docker CLI, for the one place the user names the binary (`kit verify --image
+    --docker BIN`): argv built here, run through kit.proc."""
+
+    binary: str = "docker"
+
+    def run_argv(
+        self, image: str, argv: Sequence[str], *, entrypoint: str, network: str = "none", gpus: bool = False
+    ) -> list[str]:
+        """`docker run --rm` of a throwaway container that runs `entrypoint argv...`."""
+        words = [self.binary, "run", "--rm", "--network", network, "--entrypoint", entrypoint]
+        if gpus:
+            words += ["--gpus", "all"]
+        return [*words, image, *argv]
+
+    def run(self, argv: Sequence[str], *, shown: Sequence[str], timeout: float) -> ExecResult:
+        """Run a run_argv() command to completion. Docker's own failure (exit 125: no such image,
+        daemon down, …) is a CommandError; the container's exit code is the caller's to judge."""
+        result = proc.run(argv, shown=shown, check=False, timeout=timeout)
+        if result.returncode == 125:
+            raise CommandError(
+                f"{self.binary} could not run the container",
+                argv=shown,
+                returncode=125,
+                stderr=result.stderr,
+                hint="build or pull the image first",
+            )
+        return ExecResult(result.returncode, result.stdout, result.stderr)
+
+    def image_digest(self, image: str) -> str | None:
+        """The image's repo digest if it has one, else its local id (None: no such image)."""
+        argv = [self.binary, "image", "inspect", "--format", "{{json .RepoDigests}} {{.Id}}", image]
+        result = proc.run(argv, check=False, timeout=60)
+        if result.returncode != 0 or not result.stdout.strip():
+            return None
+        digests, _, image_id = result.stdout.strip().rpartition(" ")
+        repo = json.loads(digests or "null") or []
+        return str(repo[0]) if repo else image_id
 
 
 def _short(exc: BaseException) -> str:

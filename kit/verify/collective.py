@@ -21,6 +21,10 @@ All-to-all is what expert parallelism (MoE) sends between every pair of GPUs. On
 uses torch's all_to_all_single, which ProcessGroupGloo implements (checked on torch 2.13.0+cpu);
 where a torch build refuses it, the probe falls back to the same exchange built from
 isend/irecv pairs and says so in `method` and `fallback_reason`.
+
+It stays stdlib-only, so it runs its one subprocess (nvidia-smi) with the standard library's
+subprocess, not kit.proc: inside the container there is no kit. It is one of the two modules of
+kit/ allowed to (with probe.py; tests/unit/test_runtime_protocols.py checks the rest).
 """
 
 from __future__ import annotations

@@ -1,19 +1,17 @@
 """`kit verify --image IMAGE`: validate an image without a cluster (for CI).
 
 The node probe runs in a throwaway container (`docker run --rm --entrypoint python3 IMAGE -c
-<probe> --image-checks`); the judgement is a pure function of what it printed.
+<probe> --image-checks`, through the Docker adapter's CLI helper: --docker names the binary);
+the judgement is a pure function of what it printed.
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from kit.errors import CommandError, RuntimeUnavailable
-from kit.runtime.base import ExecResult
+from kit.runtime.docker import DockerCli
 from kit.verify.policy import FAIL, PASS, WARN, Check
 from kit.verify.report import VerifyResult
 from kit.verify.runner import parse_probe_output, probe_source
@@ -21,41 +19,19 @@ from kit.verify.runner import parse_probe_output, probe_source
 
 def image_probe_argv(image: str, *, docker: str = "docker", gpus: bool = False) -> list[str]:
     """The docker CLI argv that runs the probe once in a throwaway container."""
-    argv = [docker, "run", "--rm", "--network", "none", "--entrypoint", "python3"]
-    if gpus:
-        argv += ["--gpus", "all"]
-    return [*argv, image, "-c", probe_source(), "--image-checks"]
+    return DockerCli(docker).run_argv(image, ["-c", probe_source(), "--image-checks"], entrypoint="python3", gpus=gpus)
 
 
 def run_image_probe(image: str, *, docker: str = "docker", gpus: bool = False, timeout: float = 600) -> dict[str, Any]:
     argv = image_probe_argv(image, docker=docker, gpus=gpus)
     shown = [*argv[:-3], "<probe>", "--image-checks"]
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    except FileNotFoundError as exc:
-        raise RuntimeUnavailable(f"{docker} not found", hint="install Docker or pass --docker") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise CommandError(f"image probe timed out after {timeout:.0f}s", argv=shown) from exc
-    if proc.returncode == 125:  # docker's own failure: no such image, daemon down, …
-        raise CommandError(
-            f"docker could not run {image}",
-            argv=shown,
-            returncode=125,
-            stderr=proc.stderr,
-            hint="build or pull the image first",
-        )
-    return parse_probe_output("image", ExecResult(proc.returncode, proc.stdout, proc.stderr), shown)
+    result = DockerCli(docker).run(argv, shown=shown, timeout=timeout)
+    return parse_probe_output("image", result, shown)
 
 
 def image_digest(image: str, *, docker: str = "docker") -> str | None:
     """The image's repo digest if it has one, else its local id."""
-    argv = [docker, "image", "inspect", "--format", "{{json .RepoDigests}} {{.Id}}", image]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
-    if proc.returncode != 0 or not proc.stdout.strip():
-        return None
-    digests, _, image_id = proc.stdout.strip().rpartition(" ")
-    repo = json.loads(digests or "null") or []
-    return str(repo[0]) if repo else image_id
+    return DockerCli(docker).image_digest(image)
 
 
 def check_image(facts: Mapping[str, Any]) -> list[Check]:

@@ -3,6 +3,10 @@
 Self-contained on purpose: kit runs it inside arbitrary images as `python3 probe.py` or
 `python3 -c "<this source>"`, so it imports only the standard library at import time and
 torch lazily. Do not import kit here.
+
+It stays stdlib-only and runs its own subprocesses (nvidia-smi, …) with the standard library's
+subprocess, not kit.proc: inside the container there is no kit. It is one of the two modules of
+kit/ allowed to (with collective.py; tests/unit/test_runtime_protocols.py checks the rest).
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -16,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from kit import proc
 from kit.errors import CommandError, KitError
 from kit.runtime.base import ExecResult, NodeHandle
 from kit.verify import nccl, policy
@@ -158,22 +158,10 @@ def _get_ip(facts: Mapping[str, Any]) -> str | None:
 
 
 def _local(argv: list[str], env: Mapping[str, str] | None, timeout: float) -> ExecResult:
-    try:
-        proc = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-            env={**os.environ, **(env or {})},
-        )
-    except FileNotFoundError as exc:
-        raise CommandError(f"cannot run {argv[0]}: {exc}", argv=argv[:1]) from exc
-    except subprocess.TimeoutExpired as exc:
-        raise CommandError(
-            f"probe timed out after {timeout:.0f}s", argv=argv[:2], stderr=str(exc.stderr or "")
-        ) from exc
-    return ExecResult(proc.returncode, proc.stdout, proc.stderr)
+    """Run a probe on this host (its environment plus `env`); its exit code is for the caller
+    to judge. The probe's source is long: errors show only the first two words."""
+    result = proc.run(argv, env={**os.environ, **(env or {})}, check=False, timeout=timeout, shown=argv[:2])
+    return ExecResult(result.returncode, result.stdout, result.stderr)
 
 
 def free_port() -> int:

@@ -14,10 +14,21 @@ from typing import Any
 
 import pytest
 
-from kit.errors import ImageError, RuntimeUnavailable, StartError
+from kit import resources
+from kit.config import KitConfig
+from kit.errors import ConfigError, ImageError, RuntimeUnavailable, StartError
+from kit.images import plan_build_context
 from kit.plan.facts import HEAD, NodeNet
 from kit.plan.node import plan_node
-from kit.runtime.apptainer import ApptainerRuntime, definition_from_dockerfile, digest_from, pull_uri, sif_name
+from kit.runtime.apptainer import (
+    ApptainerRuntime,
+    ApptainerSettings,
+    definition_from_dockerfile,
+    digest_from,
+    pull_uri,
+    sif_name,
+)
+from kit.runtime.base import Progress
 from tests.conftest import ROOT
 from tests.unit.test_plan import make_config
 
@@ -106,13 +117,19 @@ def recorded(tmp_path: Path) -> list[list[str]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def runtime(tmp_path: Path, **config: object) -> ApptainerRuntime:
-    cfg = make_config(
-        runtime="apptainer",
-        image=str(tmp_path / "vllm.sif"),
-        **{"apptainer.cache_dir": str(tmp_path / "cache"), "apptainer.tmp_dir": str(tmp_path / "atmp"), **config},
+def runtime(tmp_path: Path) -> ApptainerRuntime:
+    settings = ApptainerSettings(
+        image_dir=str(tmp_path / "images"), cache_dir=str(tmp_path / "cache"), tmp_dir=str(tmp_path / "atmp")
     )
-    return ApptainerRuntime(cfg)
+    return ApptainerRuntime(settings)
+
+
+def apptainer_config(tmp_path: Path) -> KitConfig:
+    return make_config(runtime="apptainer", image=str(tmp_path / "vllm.sif"))
+
+
+def texts(events: list[Progress]) -> list[str]:
+    return [e.text or "" for e in events]
 
 
 def test_names_and_digests() -> None:
@@ -129,28 +146,39 @@ def test_names_and_digests() -> None:
 def test_pull_writes_the_sif_atomically_and_records_the_digest(fake: dict[str, Any]) -> None:
     tmp = fake["tmp"]
     rt = runtime(tmp)
-    lines: list[str] = []
-    result = rt.pull("vllm/vllm-openai:v0.11.0", image_dir=str(tmp / "images"), on_progress=lines.append)
+    events: list[Progress] = []
+    plan = rt.plan_pull("vllm/vllm-openai:v0.11.0")
     sif = tmp / "images" / "vllm_vllm-openai_v0.11.0.sif"
-    assert result["path"] == str(sif) and sif.read_text() == "half a SIF and the rest"
-    assert result["source"] == "docker://vllm/vllm-openai:v0.11.0"
-    assert result["digest"] == DIGEST and result["digest_source"].startswith("label")
-    assert json.loads(Path(result["metadata"]).read_text())["digest"] == DIGEST
+    assert plan.destination == str(sif) and plan.source == "docker://vllm/vllm-openai:v0.11.0"
+    assert rt.image_info("vllm/vllm-openai:v0.11.0") is None
+    result = rt.pull(plan, on_progress=events.append)
+    assert result.file is not None and result.file.path == str(sif)
+    assert sif.read_text() == "half a SIF and the rest"
+    assert result.file.source == "docker://vllm/vllm-openai:v0.11.0"
+    assert result.digest == DIGEST and (result.file.digest_source or "").startswith("label")
+    assert json.loads(Path(result.file.metadata).read_text())["digest"] == DIGEST
     assert sorted(p.name for p in (tmp / "images").iterdir()) == [sif.name, sif.name + ".json"]
     pull, inspect = recorded(tmp)
     assert pull[:3] == ["apptainer", "pull", "--force"]
-    assert Path(pull[3]).name.startswith(f".{sif.name}.partial-") and pull[4] == result["source"]
+    assert Path(pull[3]).name.startswith(f".{sif.name}.partial-") and pull[4] == result.file.source
+    # the plan's argv is what ran, the destination replaced by the temporary name
+    assert [*pull[:3], plan.destination, *pull[4:]] == list(plan.argv)
     assert inspect[:4] == ["apptainer", "inspect", "--json", "--labels"]
-    assert lines and "pulling" in lines[0]
+    assert events and "pulling" in texts(events)[0]
     assert (tmp / "cache").is_dir() and (tmp / "atmp").is_dir()  # APPTAINER_CACHEDIR/TMPDIR made
+    info = rt.image_info("vllm/vllm-openai:v0.11.0")
+    assert info is not None and info.path == str(sif) and info.digests == (DIGEST,)
+    assert rt.remove_image("vllm/vllm-openai:v0.11.0") is True and list((tmp / "images").iterdir()) == []
+    assert rt.remove_image("vllm/vllm-openai:v0.11.0") is False
 
 
 @pytest.mark.parametrize("mode", ["fail", "interrupt", "empty"])
 def test_failed_or_interrupted_pull_leaves_no_sif(mode: str, fake: dict[str, Any], monkeypatch: Any) -> None:
     tmp = fake["tmp"]
     monkeypatch.setenv("KIT_FAKE_PULL", mode)
+    rt = runtime(tmp)
     with pytest.raises(ImageError) as err:
-        runtime(tmp).pull("vllm/vllm-openai:v9", image_dir=str(tmp / "images"), on_progress=lambda _: None)
+        rt.pull(rt.plan_pull("vllm/vllm-openai:v9"), on_progress=lambda _: None)
     assert list((tmp / "images").iterdir()) == []  # neither the SIF nor the partial file
     if mode == "fail":
         assert err.value.details and "manifest unknown" in err.value.details[-1]
@@ -160,28 +188,39 @@ def test_failed_or_interrupted_pull_leaves_no_sif(mode: str, fake: dict[str, Any
 def test_ctrl_c_during_pull_leaves_no_sif(fake: dict[str, Any]) -> None:
     tmp = fake["tmp"]
 
-    def interrupt(line: str) -> None:
-        if "labels" in line:  # after the pull wrote its file, before the rename
+    def interrupt(event: Progress) -> None:
+        if "labels" in (event.text or ""):  # after the pull wrote its file, before the rename
             raise KeyboardInterrupt
 
+    rt = runtime(tmp)
     with pytest.raises(KeyboardInterrupt):
-        runtime(tmp).pull("vllm/vllm-openai:v9", image_dir=str(tmp / "images"), on_progress=interrupt)
+        rt.pull(rt.plan_pull("vllm/vllm-openai:v9"), on_progress=interrupt)
     assert list((tmp / "images").iterdir()) == []
 
 
 def test_build_from_docker_daemon_and_from_a_def(fake: dict[str, Any], monkeypatch: Any) -> None:
     tmp = fake["tmp"]
     rt = runtime(tmp)
-    out = rt.build("docker-daemon:kit/vllm:v0.32.0", str(tmp / "sif" / "kit-vllm.sif"), on_progress=lambda _: None)
-    assert Path(out["path"]).read_text() == "SIF from docker-daemon:kit/vllm:v0.32.0" and out["digest"] == DIGEST
+    folder = resources.container_dir("vllm")
+    other_tag = plan_build_context("vllm", folder, probe_files=[], vllm_tag="v0.31.0")
+    plan = rt.plan_build(other_tag, dest=str(tmp / "sif" / "kit-vllm.sif"))
+    assert plan.source == "docker-daemon:kit/vllm:v0.31.0"  # the .def names another tag
+    out = rt.build(plan, on_progress=lambda _: None)
+    assert out.file is not None and out.image == str(tmp / "sif" / "kit-vllm.sif")
+    assert Path(out.image).read_text() == "SIF from docker-daemon:kit/vllm:v0.31.0" and out.digest == DIGEST
     definition = ROOT / "containers" / "vllm" / "kit-vllm.def"
-    rt.build(str(definition), str(tmp / "sif" / "def.sif"), on_progress=lambda _: None)
+    default = rt.plan_build(plan_build_context("vllm", folder, probe_files=[]), dest=str(tmp / "sif" / "def.sif"))
+    assert default.source == str(definition)  # the .def bootstraps from the default tag
+    rt.build(default, on_progress=lambda _: None)
     builds = [a for a in recorded(tmp) if a[1] == "build"]
-    assert builds[0][:3] == ["apptainer", "build", "--force"] and builds[0][-1] == "docker-daemon:kit/vllm:v0.32.0"
+    assert builds[0][:3] == ["apptainer", "build", "--force"] and builds[0][-1] == "docker-daemon:kit/vllm:v0.31.0"
     assert builds[1][-1] == str(definition)
+    assert [w for w in builds[1] if ".partial-" not in w] == [w for w in default.argv if w != default.image]
+    assert rt.plan_build(other_tag).image == str(tmp / "images" / "kit_vllm_v0.31.0.sif")
     monkeypatch.setenv("KIT_FAKE_BUILD", "fail")
+    nope = rt.plan_build(other_tag, source="docker-daemon:kit/nope:1", dest=str(tmp / "sif" / "nope.sif"))
     with pytest.raises(ImageError):
-        runtime(tmp).build("docker-daemon:kit/nope:1", str(tmp / "sif" / "nope.sif"), on_progress=lambda _: None)
+        runtime(tmp).build(nope, on_progress=lambda _: None)
     assert not (tmp / "sif" / "nope.sif").exists()
     assert sorted(p.name for p in (tmp / "sif").iterdir()) == [
         "def.sif",
@@ -194,8 +233,7 @@ def test_build_from_docker_daemon_and_from_a_def(fake: dict[str, Any], monkeypat
 def test_up_path_instance_start_exec_status_logs_down(fake: dict[str, Any]) -> None:
     tmp = fake["tmp"]
     rt = runtime(tmp)
-    cfg = rt.config
-    assert cfg is not None
+    cfg = apptainer_config(tmp)
     spec = plan_node(cfg, HEAD, NodeNet("10.0.0.1", "ib0", "10.0.0.1"), has_infiniband=True)
     rt.start(spec)
     line = rt.wait_for_mark(spec.name, ["KIT_READY"], timeout=20, on_progress=lambda _: None, what="ready")
@@ -228,8 +266,7 @@ def test_failed_instance_start_is_a_start_error(mode: str, fake: dict[str, Any],
     tmp = fake["tmp"]
     monkeypatch.setenv("KIT_FAKE_START", mode)
     rt = runtime(tmp)
-    assert rt.config is not None
-    spec = plan_node(rt.config, HEAD, NodeNet("10.0.0.1", "ib0", "10.0.0.1"))
+    spec = plan_node(apptainer_config(tmp), HEAD, NodeNet("10.0.0.1", "ib0", "10.0.0.1"))
     with pytest.raises(StartError) as err:
         rt.start(spec)
     if mode == "fail":
@@ -242,11 +279,20 @@ def test_singularity_alone_is_used_and_none_is_runtime_unavailable(fake: dict[st
     (fake["bin"] / "apptainer").unlink()
     rt = runtime(tmp)
     assert rt.binary == "singularity"
-    rt.pull("vllm/vllm-openai:v1", image_dir=str(tmp / "images"), on_progress=lambda _: None)
+    rt.pull(rt.plan_pull("vllm/vllm-openai:v1"), on_progress=lambda _: None)
     assert recorded(tmp)[0][:2] == ["singularity", "pull"]
     (fake["bin"] / "singularity").unlink()
+    none = runtime(tmp)
+    assert none.plan_pull("vllm/vllm-openai:v1").argv[0] == "apptainer"  # planning needs no binary
     with pytest.raises(RuntimeUnavailable):
-        runtime(tmp)
+        none.state("kit-llama-head")
+
+
+def test_no_private_networks() -> None:
+    """Apptainer instances use the host network: asking for a private one is a config error."""
+    with pytest.raises(ConfigError, match="host network") as err:
+        ApptainerRuntime(ApptainerSettings(), binary="apptainer").ensure_network("kit-net", "10.9.0.0/24", "c")
+    assert err.value.key == "network"
 
 
 @pytest.mark.parametrize("name", ["cpu", "vllm"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -141,12 +142,31 @@ def test_image_drift_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
 
     monkeypatch.setenv("KIT_STATE_DIR", str(tmp_path))
 
-    class FakeRuntime:
+    from kit.runtime.base import ImageInfo, ImageStore, PullPlan, PullResult
+
+    class Images(ImageStore):
+        """The image store of a runtime whose local image `ref` has `image_id` (nothing pulls)."""
+
+        name = "fake"
+
         def __init__(self, image_id: str) -> None:
             self.image_id = image_id
 
-        def image_info(self, ref: str) -> dict[str, str]:
-            return {"id": self.image_id}
+        def image_info(self, ref: str) -> ImageInfo:
+            return ImageInfo(ref=ref, id=self.image_id)
+
+        def plan_pull(self, ref: str) -> PullPlan:
+            raise AssertionError("image_drift must not pull")
+
+        def pull(self, plan: PullPlan, *, on_progress: Any) -> PullResult:
+            raise AssertionError("image_drift must not pull")
+
+        def remove_image(self, ref: str) -> bool:
+            raise AssertionError("image_drift must not remove")
+
+    class FakeRuntime:
+        def __init__(self, image_id: str) -> None:
+            self.images = Images(image_id)
 
     assert image_drift(FakeRuntime("sha256:aaa"), "org/img:1") is None  # nothing recorded
     record_image("org/img:1", "org/img@sha256:d", image_id="sha256:aaa")

@@ -1,8 +1,9 @@
-"""What you see is what runs (issue 17): `kit up --dry-run` prints what the runtime adapter then
-executes, for every renderer. The printed command is parsed back and compared with what the
-adapter hands to its backend: docker-py's `containers.run` kwargs (a fake docker client records
-them: no engine is needed to see what kit asks for) and the `apptainer` argv passed to kit.proc
-(recorded instead of run: no Apptainer binary can be installed here, FIELD_NOTES §4).
+"""What you see is what runs (issue 17): `kit up`, `kit build` and `kit pull --dry-run` print what
+the runtime adapter then executes, for every renderer. The printed command is parsed back and
+compared with what the adapter hands to its backend: docker-py's `containers.run`, `api.build`
+and `api.pull` arguments (a fake docker client records them: no engine is needed to see what kit
+asks for) and the `apptainer` argv passed to kit.proc (recorded instead of run: no Apptainer
+binary can be installed here, FIELD_NOTES §4).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 import kit.runtime
 from kit import proc
 from kit.cli import main
+from kit.runtime import apptainer_settings
 from kit.runtime.apptainer import ApptainerRuntime
 from kit.runtime.docker import DockerRuntime
 
@@ -182,7 +184,9 @@ def test_apptainer_dry_run_is_what_the_adapter_runs(tmp_path: Path, monkeypatch:
 
     monkeypatch.setattr(proc, "run", fake_run)
     monkeypatch.setattr(
-        kit.runtime, "get_runtime", lambda config: ApptainerRuntime(config, binary="apptainer", state_dir=tmp_path)
+        kit.runtime,
+        "get_runtime",
+        lambda config: ApptainerRuntime(apptainer_settings(config), binary="apptainer", state_dir=tmp_path),
     )
     args = ["up", "--runtime", "apptainer", "--image", str(tmp_path / "vllm.sif"), "--cluster", "rt",
             "--set", f"hf_cache={tmp_path}", "--set", "infiniband=on"]  # fmt: skip
@@ -194,3 +198,151 @@ def test_apptainer_dry_run_is_what_the_adapter_runs(tmp_path: Path, monkeypatch:
     assert start in ran  # `apptainer instance start ...` exactly as printed
     [detached] = [argv for argv in ran if argv[:2] == ["sh", "-c"]]
     assert detached[5:] == exec_  # sh -c "nohup setsid ..." kit-detach LOG <the printed exec argv>
+
+
+# ---- kit build / kit pull: the printed plan is what the adapter sends ---------------------------
+
+
+class FakeEngine:
+    """Just enough of docker.DockerClient (and APIClient: the same object) for DockerRuntime's
+    build and pull: the requests are recorded, the image then exists."""
+
+    def __init__(self) -> None:
+        self.api = self.images = self
+        self.builds: list[dict[str, Any]] = []
+        self.pulls: list[tuple[str, str]] = []
+        self.local: set[str] = set()
+
+    def get(self, ref: str) -> Any:
+        if ref not in self.local:
+            raise docker.errors.ImageNotFound(ref)
+        return type("Image", (), {"id": "sha256:" + "1" * 64, "attrs": {}, "tags": [ref]})()
+
+    def build(self, **kwargs: Any) -> Any:
+        self.builds.append(dict(kwargs))
+        assert (Path(kwargs["path"]) / kwargs["dockerfile"]).is_file()  # the context as planned
+        self.local.add(kwargs["tag"])
+        yield {"stream": "Step 1/1 : FROM scratch\n"}
+
+    def pull(self, repository: str, *, tag: str, stream: bool, decode: bool) -> Any:
+        self.pulls.append((repository, tag))
+        self.local.add(f"{repository}{'@' if tag.startswith('sha256:') else ':'}{tag}")
+        yield {"status": "Digest: sha256:" + "2" * 64}
+
+
+def build_kwargs_from_argv(argv: Sequence[str]) -> dict[str, Any]:
+    """An independent reading of the printed `docker build` into docker-py APIClient.build kwargs."""
+    assert list(argv[:3]) == ["DOCKER_BUILDKIT=0", "docker", "build"]  # the classic builder, as the API
+    kw: dict[str, Any] = {"buildargs": {}, "labels": {}, "rm": False, "forcerm": False}
+    words = list(argv[3:])
+    while len(words) > 1:
+        flag = words.pop(0)
+        if flag in ("--rm", "--force-rm"):
+            kw["rm" if flag == "--rm" else "forcerm"] = True
+            continue
+        value = words.pop(0)
+        if flag in ("--tag", "--file"):
+            kw["tag" if flag == "--tag" else "dockerfile"] = value
+        elif flag in ("--build-arg", "--label"):
+            key, _, val = value.partition("=")
+            kw["buildargs" if flag == "--build-arg" else "labels"][key] = val
+        else:
+            raise AssertionError(f"unexpected flag {flag}")
+    kw["path"] = words[0]
+    return kw
+
+
+BUILD_CASES = {
+    "cpu, tag, offline, a build arg": ["cpu", "-t", "me/cpu:1", "--offline", "--build-arg", "TORCH_INDEX_URL=x y"],
+    "vllm, another vLLM tag and repository": ["vllm", "--vllm-tag", "v0.31.0", "--base-image", "mirror/vllm"],
+}
+
+
+@pytest.mark.parametrize("case", BUILD_CASES)
+def test_docker_build_dry_run_is_what_the_engine_receives(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeEngine()
+    monkeypatch.setattr(kit.runtime, "get_image_store", lambda config: DockerRuntime(client=fake))
+    monkeypatch.setenv("KIT_STATE_DIR", str(tmp_path / "state"))
+    args = ["build", *BUILD_CASES[case]]
+    code, out, err = run_kit([*args, "--dry-run"])
+    assert code == 0, err
+    printed = shlex.split(out.rstrip().splitlines()[-1])
+    code, out, err = run_kit([*args, "--dry-run", "--json"])
+    assert json.loads(out)["result"]["argv"] == printed
+    assert fake.builds == []  # --dry-run sent nothing
+    code, _, err = run_kit(args)
+    assert code == 0, err
+    [sent] = fake.builds
+    assert sent.pop("decode") is True  # docker-py's client-side stream decoding, not an engine parameter
+    context = sent.pop("path")
+    expected = build_kwargs_from_argv(printed)
+    assert expected.pop("path") == "CONTEXT" and Path(context).name.startswith("kit-build-")
+    assert sent == expected
+
+
+def test_apptainer_build_dry_run_is_what_the_adapter_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[list[str]] = []
+
+    def fake_run(argv: Sequence[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        ran.append(list(argv))
+        if argv[1] == "build":
+            Path(argv[-2]).write_text("SIF")  # the temporary name the adapter gave
+        stdout = json.dumps({"data": {"attributes": {"labels": {}}}}) if argv[1] == "inspect" else ""
+        return subprocess.CompletedProcess(list(argv), 0, stdout, "")
+
+    monkeypatch.setattr(proc, "run", fake_run)
+    monkeypatch.setenv("KIT_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setattr(
+        kit.runtime, "get_image_store", lambda config: ApptainerRuntime(apptainer_settings(config), binary="apptainer")
+    )
+    args = ["build", "cpu", "--runtime", "apptainer", "--set", f"apptainer.image_dir={tmp_path}"]
+    code, out, err = run_kit([*args, "--dry-run"])
+    assert code == 0, err
+    printed = shlex.split(out.rstrip().splitlines()[-1])
+    assert ran == []
+    code, out, err = run_kit(args)
+    assert code == 0, err
+    [built] = [argv for argv in ran if argv[1] == "build"]
+    dest = printed[-2]
+    assert Path(built[-2]).name.startswith(f".{Path(dest).name}.partial-")
+    assert [*built[:-2], dest, built[-1]] == printed
+    assert Path(dest).read_text() == "SIF"
+
+
+def test_pull_dry_run_is_what_the_adapters_pull(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeEngine()
+    monkeypatch.setattr(kit.runtime, "get_image_store", lambda config: DockerRuntime(client=fake))
+    monkeypatch.setenv("KIT_STATE_DIR", str(tmp_path / "state"))
+    ref = "127.0.0.1:5000/kit/base@sha256:" + "3" * 64
+    code, out, err = run_kit(["pull", ref, "--dry-run", "--json"])
+    assert code == 0, err
+    plan = json.loads(out)["result"]
+    assert fake.pulls == [] and plan["source"] == ref
+    code, _, err = run_kit(["pull", ref])
+    assert code == 0, err
+    assert fake.pulls == [("127.0.0.1:5000/kit/base", "sha256:" + "3" * 64)]  # the engine takes the digest as tag
+
+    ran: list[list[str]] = []
+
+    def fake_run(argv: Sequence[str], **_: Any) -> subprocess.CompletedProcess[str]:
+        ran.append(list(argv))
+        if argv[1] == "pull":
+            Path(argv[3]).write_text("SIF")
+        labels = {"org.opencontainers.image.base.digest": "sha256:" + "4" * 64}
+        stdout = json.dumps({"data": {"attributes": {"labels": labels}}}) if argv[1] == "inspect" else ""
+        return subprocess.CompletedProcess(list(argv), 0, stdout, "")
+
+    monkeypatch.setattr(proc, "run", fake_run)
+    monkeypatch.setattr(
+        kit.runtime, "get_image_store", lambda config: ApptainerRuntime(apptainer_settings(config), binary="apptainer")
+    )
+    args = ["pull", "vllm/vllm-openai:v0.11.0", "--runtime", "apptainer", "--set", f"apptainer.image_dir={tmp_path}"]
+    code, out, err = run_kit([*args, "--dry-run", "--json"])
+    assert code == 0, err
+    printed = json.loads(out)["result"]["argv"]
+    code, _, err = run_kit(args)
+    assert code == 0, err
+    [pulled] = [argv for argv in ran if argv[1] == "pull"]
+    assert [*pulled[:3], printed[3], *pulled[4:]] == printed and pulled[3] != printed[3]

@@ -1,21 +1,24 @@
 """kit pull / kit build without an engine: refs, progress lines, the context plan, the state record,
-and the verbs through the CLI with a fake Docker adapter."""
+and the verbs through the CLI with the real Docker adapter on a fake docker-py client (scripted
+pull/build events: no engine is needed to check what kit does with them) and the real Apptainer
+adapter's planning with its pull/build faked (no Apptainer binary can be installed here)."""
 
 from __future__ import annotations
 
 import base64
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, ClassVar
 
+import docker
 import pytest
 
+import kit.runtime
 from kit import resources, state
 from kit.cli import main
-from kit.commands import build as build_cmd
-from kit.commands import pull as pull_cmd
 from kit.errors import ExitCode, ImageError, ImageRefError, UsageError
 from kit.images import (
     PullProgress,
@@ -25,7 +28,13 @@ from kit.images import (
     parse_ref,
     pick_digest,
     plan_build_context,
+    shorten_build_error,
+    write_build_context,
 )
+from kit.runtime import apptainer_settings
+from kit.runtime.apptainer import ApptainerRuntime
+from kit.runtime.base import BuildPlan, BuildResult, ImageFile, Progress, PullPlan, PullResult
+from kit.runtime.docker import DockerRuntime
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -136,9 +145,9 @@ def test_build_event_helpers() -> None:
 
 def test_build_error_names_the_step_not_the_whole_run_line() -> None:
     message = "The command '/bin/bash -o pipefail -c pip install a \\\n && b' returned a non-zero code: 1"
-    short = build_cmd.shorten_build_error(message, "kit/x:1", "Step 14/26 : RUN pip install ...")
+    short = shorten_build_error(message, "kit/x:1", "Step 14/26 : RUN pip install ...")
     assert short == "build of kit/x:1 failed: Step 14/26 exited with code 1"
-    assert build_cmd.shorten_build_error("other", "kit/x:1", None) == "other"
+    assert shorten_build_error("other", "kit/x:1", None) == "other"
 
 
 # ---- context plan -------------------------------------------------------------------------
@@ -196,7 +205,7 @@ def test_plan_build_context_files_and_buildargs(tmp_path: Path) -> None:
     assert bare.buildargs == {} and bare.tag == "me/demo:1"
 
     dest = tmp_path / "ctx"
-    build_cmd.write_build_context(plan, dest)
+    write_build_context(plan, dest)
     written = sorted(p.relative_to(dest).as_posix() + ("/" if p.is_dir() else "") for p in dest.rglob("*"))
     assert written == plan.layout()
     assert (dest / "ca" / "extra.crt").read_text() == PEM
@@ -264,45 +273,64 @@ def test_state_dir_default(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
     assert state.images_file() == tmp_path / ".local" / "state" / "kit" / "images.json"
 
 
-# ---- the verbs with a fake adapter --------------------------------------------------------
+# ---- the verbs on the real adapters, with a fake docker-py client -------------------------
 
 
-class FakeDocker:
+class FakeEngine:
+    """Just enough of docker.DockerClient (and its APIClient: the same object) for DockerRuntime's
+    image methods: pulls and builds replay scripted events; `local` holds the engine's images."""
+
     def __init__(self, events: list[dict[str, Any]], *, fail_with: str | None = None, leave_tag: bool = False):
+        self.api = self.images = self
         self.events = events
         self.fail_with = fail_with
         self.leave_tag = leave_tag
-        self.images: dict[str, dict[str, Any]] = {}
+        self.local: dict[str, dict[str, Any]] = {}
         self.removed: list[str] = []
         self.pulled: list[tuple[str, str]] = []
+        self.builds: list[dict[str, Any]] = []
 
-    def image_info(self, ref: str) -> dict[str, Any] | None:
-        return self.images.get(ref)
+    def get(self, ref: str) -> Any:  # images.get
+        if ref not in self.local:
+            raise docker.errors.ImageNotFound(ref)
+        image = self.local[ref]
+        return SimpleNamespace(id=image["id"], attrs={"RepoDigests": image["repo_digests"]}, tags=[ref])
 
-    def pull_events(self, repository: str, tag: str) -> Iterator[dict[str, Any]]:
+    def pull(self, repository: str, *, tag: str, stream: bool, decode: bool) -> Iterator[dict[str, Any]]:
+        assert stream and decode  # FIELD_NOTES §3: the low-level streaming pull, every event seen
         self.pulled.append((repository, tag))
         yield from self.events
         ref = f"{repository}:{tag}"
         if self.fail_with:
             if self.leave_tag:
-                self.images[ref] = {"id": "sha256:half", "repo_digests": [], "tags": [ref]}
-            raise ImageError(f"pull of {ref} failed: {self.fail_with}", hint="check the name")
-        self.images[ref] = {"id": "sha256:img", "repo_digests": [f"{repository}@sha256:good"], "tags": [ref]}
+                self.local[ref] = {"id": "sha256:half", "repo_digests": []}
+            yield {"error": self.fail_with, "errorDetail": {"message": self.fail_with}}
+            return
+        self.local[ref] = {"id": "sha256:img", "repo_digests": [f"{repository}@sha256:good"]}
 
-    def remove_image(self, ref: str) -> bool:
+    def remove_image(self, ref: str) -> None:
         self.removed.append(ref)
-        return self.images.pop(ref, None) is not None
+        if self.local.pop(ref, None) is None:
+            raise docker.errors.ImageNotFound(ref)
 
-    def build_events(self, context: str, tag: str, buildargs: Mapping[str, str]) -> Iterator[dict[str, Any]]:
-        assert (Path(context) / "probe" / "probe.py").is_file()
-        assert (Path(context) / "ca").is_dir() and (Path(context) / "wheels").is_dir()
+    def build(self, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        self.builds.append(dict(kwargs))
+        context = Path(kwargs["path"])
+        assert (context / "probe" / "probe.py").is_file()
+        assert (context / "ca").is_dir() and (context / "wheels").is_dir()
         yield {"stream": "Step 1/2 : FROM base\n"}
         yield {"stream": " ---> 123\n"}
         if self.fail_with:
             yield {"stream": "pip: no such package\n"}
-            raise ImageError(f"build of {tag} failed: The command '/bin/sh -c pip' returned a non-zero code: 1")
+            message = "The command '/bin/sh -c pip' returned a non-zero code: 1"
+            yield {"error": message, "errorDetail": {"message": message}}
+            return
         yield {"aux": {"ID": "sha256:built"}}
-        self.images[tag] = {"id": "sha256:built", "repo_digests": [], "tags": [tag]}
+        self.local[kwargs["tag"]] = {"id": "sha256:built", "repo_digests": []}
+
+
+def use_engine(monkeypatch: pytest.MonkeyPatch, engine: FakeEngine) -> None:
+    monkeypatch.setattr(kit.runtime, "get_image_store", lambda config: DockerRuntime(client=engine))
 
 
 LAYER_EVENTS = [
@@ -317,8 +345,8 @@ LAYER_EVENTS = [
 def test_pull_records_and_prints_the_digest(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    fake = FakeDocker(LAYER_EVENTS)
-    monkeypatch.setattr(pull_cmd, "docker_runtime", lambda: fake)
+    fake = FakeEngine(LAYER_EVENTS)
+    use_engine(monkeypatch, fake)
     code, out, err = run(["pull", "reg:5000/kit/base:test"], capsys)
     assert code == 0, err
     assert fake.pulled == [("reg:5000/kit/base", "test")]
@@ -326,18 +354,20 @@ def test_pull_records_and_prints_the_digest(
     assert "aaa: Downloading 0.0/0.0 MB" in err and "aaa: Pull complete" in err
     record = state.recorded_image("reg:5000/kit/base:test")
     assert record is not None and record["digest"] == "reg:5000/kit/base@sha256:good"
+    assert record["image_id"] == "sha256:img" and record["runtime"] == "docker"
 
     code, out, err = run(["pull", "reg:5000/kit/base:test", "--json"], capsys)
     assert code == 0 and err == ""
     result = json.loads(out)["result"]
     assert result["digest"] == "reg:5000/kit/base@sha256:good" and result["image_id"] == "sha256:img"
+    assert set(result) == {"ref", "digest", "image_id", "runtime", "seconds", "record"}
 
 
 def test_pull_defaults_to_the_configs_image(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fake = FakeDocker([])
-    monkeypatch.setattr(pull_cmd, "docker_runtime", lambda: fake)
+    fake = FakeEngine([])
+    use_engine(monkeypatch, fake)
     monkeypatch.setenv("KIT_IMAGE", "vllm/vllm-openai:v0.32.0")
     code, _, err = run(["pull", "--json"], capsys)
     assert code == 0, err
@@ -347,10 +377,10 @@ def test_pull_defaults_to_the_configs_image(
 def test_failed_pull_is_exit_5_and_removes_a_half_tag(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fake = FakeDocker(
+    fake = FakeEngine(
         LAYER_EVENTS[:3], fail_with="dial tcp 127.0.0.1:5000: connect: connection refused", leave_tag=True
     )
-    monkeypatch.setattr(pull_cmd, "docker_runtime", lambda: fake)
+    use_engine(monkeypatch, fake)
     code, out, err = run(["pull", "127.0.0.1:5000/kit/base:test"], capsys)
     assert code == ExitCode.IMAGE
     assert out == ""
@@ -359,16 +389,16 @@ def test_failed_pull_is_exit_5_and_removes_a_half_tag(
         "kit: error: pull of 127.0.0.1:5000/kit/base:test failed: dial tcp 127.0.0.1:5000: connect: connection "
         "refused (fix: the registry went away or is unreachable: check it (and any proxy), then retry)"
     ]
-    assert fake.removed == ["127.0.0.1:5000/kit/base:test"]
+    assert fake.removed == ["127.0.0.1:5000/kit/base:test"] and not fake.local
     assert state.recorded_image("127.0.0.1:5000/kit/base:test") is None
 
 
 def test_failed_pull_keeps_a_tag_that_existed_before(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    fake = FakeDocker([], fail_with="manifest unknown", leave_tag=True)
-    fake.images["r/x:1"] = {"id": "sha256:old", "repo_digests": [], "tags": ["r/x:1"]}
-    monkeypatch.setattr(pull_cmd, "docker_runtime", lambda: fake)
+    fake = FakeEngine([], fail_with="manifest unknown", leave_tag=True)
+    fake.local["r/x:1"] = {"id": "sha256:old", "repo_digests": []}
+    use_engine(monkeypatch, fake)
     code, out, _ = run(["pull", "r/x:1", "--json"], capsys)
     assert code == ExitCode.IMAGE
     assert json.loads(out)["error"]["exit_code"] == ExitCode.IMAGE
@@ -380,56 +410,93 @@ def test_malformed_ref_is_exit_5(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == ExitCode.IMAGE and "malformed image reference" in err
 
 
-def test_apptainer_pull_and_build_delegate(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    import kit.runtime.apptainer as apptainer
+def test_pull_dry_run_prints_ref_runtime_and_destination(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    fake = FakeEngine([])
+    use_engine(monkeypatch, fake)
+    code, out, err = run(["pull", "reg:5000/kit/base:test", "--dry-run"], capsys)
+    assert code == 0, err
+    assert out.splitlines()[:4] == [
+        "kit pull (dry run): would pull reg:5000/kit/base:test",
+        "  runtime: docker",
+        "  from:    reg:5000/kit/base:test",
+        "  to:      the Docker engine, tagged reg:5000/kit/base:test",
+    ]
+    assert fake.pulled == [] and state.recorded_image("reg:5000/kit/base:test") is None
 
-    calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+    monkeypatch.setattr(kit.runtime, "get_image_store", lambda config: ApptainerRuntime(apptainer_settings(config)))
+    args = ["pull", "--runtime", "apptainer", "r/x:1", "--set", f"apptainer.image_dir={tmp_path}/sif", "--dry-run"]
+    code, out, err = run([*args, "--json"], capsys)
+    assert code == 0, err  # planned on a host without apptainer: nothing runs
+    plan = json.loads(out)["result"]
+    assert plan["runtime"] == "apptainer" and plan["destination"] == f"{tmp_path}/sif/r_x_1.sif"
+    assert plan["argv"] == ["apptainer", "pull", "--force", plan["destination"], "docker://r/x:1"]
+    assert not (tmp_path / "sif").exists()
 
-    class FakeApptainer:
-        def __init__(self, config: Any) -> None:
-            pass
 
-        def pull(self, ref: str, **kwargs: Any) -> dict[str, Any]:
-            calls.append(("pull", (ref,), kwargs))
-            kwargs["on_progress"]("converting")
-            return {"path": "/sif/x.sif", "source": f"docker://{ref}", "digest": "sha256:sif"}
+class PlanningApptainer(ApptainerRuntime):
+    """The real Apptainer adapter's planning; pull and build record the plan they get and return
+    what the adapter would (no Apptainer binary can be installed here, FIELD_NOTES §4)."""
 
-        def build(self, source: str, dest: str, **kwargs: Any) -> dict[str, Any]:
-            calls.append(("build", (source, dest), kwargs))
-            return {"path": dest, "source": source, "digest": "sha256:built"}
+    calls: ClassVar[list[PullPlan | BuildPlan]] = []
 
-    monkeypatch.setattr(apptainer, "ApptainerRuntime", FakeApptainer)
+    def pull(self, plan: PullPlan, *, on_progress: Any) -> PullResult:
+        self.calls.append(plan)
+        on_progress(Progress("converting"))
+        record = sif_record(plan.destination, plan.source, "sha256:sif")
+        return PullResult(ref=plan.ref, runtime=self.name, digest="sha256:sif", seconds=0.1, file=record)
+
+    def build(self, plan: BuildPlan, *, on_progress: Any) -> BuildResult:
+        self.calls.append(plan)
+        record = sif_record(plan.image, plan.source, "sha256:built")
+        return BuildResult(plan.name, self.name, plan.image, "sha256:built", 0.1, file=record)
+
+
+def sif_record(path: str, source: str, digest: str) -> ImageFile:
+    return ImageFile(path, source, digest, "label x", {}, 1, 0.1, path + ".json", "2026-01-01T00:00:00+00:00", "0")
+
+
+def test_apptainer_pull_and_build_run_the_adapters_plan(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    calls = PlanningApptainer.calls = []
+    monkeypatch.setattr(kit.runtime, "get_image_store", lambda config: PlanningApptainer(apptainer_settings(config)))
     code, out, err = run(["pull", "--runtime", "apptainer", "r/x:1", "--set", "apptainer.image_dir=/sif"], capsys)
     assert code == 0, err
-    assert calls[0][0] == "pull" and calls[0][1] == ("r/x:1",) and calls[0][2]["image_dir"] == "/sif"
+    [pull] = calls
+    assert isinstance(pull, PullPlan) and (pull.ref, pull.source, pull.destination) == (
+        "r/x:1",
+        "docker://r/x:1",
+        "/sif/r_x_1.sif",
+    )
     assert "converting" in err and "sha256:sif" in out
-    assert (state.recorded_image("r/x:1") or {}).get("path") == "/sif/x.sif"
+    assert (state.recorded_image("r/x:1") or {}).get("path") == "/sif/r_x_1.sif"
 
     code, out, err = run(
         ["build", "cpu", "--runtime", "apptainer", "--from", "docker://kit/x:1", "--sif", "/s.sif"], capsys
     )
     assert code == 0, err
-    assert calls[1][:2] == ("build", ("docker://kit/x:1", "/s.sif"))
+    assert (calls[1].source, calls[1].image) == ("docker://kit/x:1", "/s.sif")
+    assert (state.recorded_image("/s.sif") or {}).get("digest") == "sha256:built"
 
     code, out, err = run(["build", "cpu", "--runtime", "apptainer", "--set", "apptainer.image_dir=/sif"], capsys)
     assert code == 0, err
-    source, dest = calls[2][1]
-    assert source == str(resources.container_dir("cpu") / "kit-cpu.def")
-    assert dest.startswith("/sif/") and dest.endswith(".sif")
+    assert calls[2].source == str(resources.container_dir("cpu") / "kit-cpu.def")
+    assert calls[2].image.startswith("/sif/") and calls[2].image.endswith(".sif")
     code, out, err = run(["build", "vllm", "--runtime", "apptainer", "--vllm-tag", "v0.31.0", "--json"], capsys)
     assert code == 0, err
-    assert calls[3][1][0] == "docker-daemon:kit/vllm:v0.31.0"
+    assert calls[3].source == "docker-daemon:kit/vllm:v0.31.0"
+    assert json.loads(out)["result"]["digest"] == "sha256:built"
+
+    code, out, err = run(["build", "cpu", "--runtime", "apptainer", "--dry-run"], capsys)
+    assert code == 0, err  # --dry-run runs nothing (it used to build the SIF anyway)
+    assert len(calls) == 4 and "apptainer build --force" in out
 
 
-def test_apptainer_without_pull_is_a_clear_error(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    import kit.runtime.apptainer as apptainer
-
-    monkeypatch.setattr(apptainer, "ApptainerRuntime", lambda config: object())
-    code, _, err = run(["pull", "--runtime", "apptainer", "r/x:1"], capsys)
-    assert code == ExitCode.RUNTIME_UNAVAILABLE
-    assert "cannot pull yet" in err
+def test_docker_build_refuses_apptainer_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["build", "cpu", "--dry-run", "--sif", "/x.sif"], capsys)
+    assert code == ExitCode.USAGE and "--from and --sif are for runtime apptainer" in err
 
 
 def test_build_dry_run_prints_the_plan(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -440,26 +507,34 @@ def test_build_dry_run_prints_the_plan(capsys: pytest.CaptureFixture[str], tmp_p
     assert "would build me/cpu:1" in out
     assert "ca/extra.crt" in out and "probe/collective.py  kit/verify/collective.py" in out
     assert "PIP_OFFLINE=1" in out
-    assert "equivalent: docker build -t me/cpu:1 --build-arg PIP_OFFLINE=1 CONTEXT" in out
+    assert out.rstrip().splitlines()[-1] == (
+        "  DOCKER_BUILDKIT=0 docker build --tag me/cpu:1 --file Dockerfile --build-arg PIP_OFFLINE=1 "
+        "--label kit.managed=true --rm --force-rm CONTEXT"
+    )
 
     code, out, _ = run(["build", "--dry-run", "--json", "--set", "accelerator=cpu"], capsys)
     result = json.loads(out)["result"]
-    assert result["name"] == "cpu" and result["dry_run"] is True
+    assert (
+        result["name"] == "cpu"
+        and result["dry_run"] is True
+        and result["argv"][:3] == ["DOCKER_BUILDKIT=0", "docker", "build"]
+    )
     code, out, _ = run(["build", "--dry-run", "--json"], capsys)
     assert json.loads(out)["result"]["name"] == "vllm"
 
 
 def test_build_with_fake_docker(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    fake = FakeDocker([])
-    monkeypatch.setattr(build_cmd, "docker_runtime", lambda: fake)
+    fake = FakeEngine([])
+    use_engine(monkeypatch, fake)
     code, out, err = run(["build", "cpu", "-t", "me/cpu:1"], capsys)
     assert code == 0, err
     assert "Step 1/2 : FROM base" in err and "---> 123" not in err
     assert out.splitlines() == ["me/cpu:1", "  id: sha256:built"]
-    assert (state.recorded_image("me/cpu:1") or {}).get("digest") == "sha256:built"
+    record = state.recorded_image("me/cpu:1") or {}
+    assert record.get("digest") == "sha256:built" and record.get("built_from") == "containers/cpu"
 
-    fake = FakeDocker([], fail_with="x")
-    monkeypatch.setattr(build_cmd, "docker_runtime", lambda: fake)
+    fake = FakeEngine([], fail_with="x")
+    use_engine(monkeypatch, fake)
     code, out, err = run(["build", "cpu", "-t", "me/cpu:2"], capsys)
     assert code == ExitCode.IMAGE
     assert "kit: error: build of me/cpu:2 failed: Step 1/2 exited with code 1" in err
@@ -508,6 +583,6 @@ def test_build_context_holds_real_wheel_files_not_symlinks(tmp_path: Path) -> No
         "cpu", resources.container_dir("cpu"), probe_files=resources.probe_files(), wheels_dir=wheels
     )
     dest = tmp_path / "ctx"
-    build_cmd.write_build_context(plan, dest)
+    write_build_context(plan, dest)
     copied = dest / "wheels" / real.name
     assert copied.is_file() and not copied.is_symlink() and copied.read_bytes() == b"wheel bytes"

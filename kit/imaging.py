@@ -1,0 +1,81 @@
+"""Getting an image onto this host through an ImageStore: execute a pull or build plan, show its
+progress on stderr, record the result in kit's state (kit.state: what `kit up` and `kit verify`
+compare nodes with). Shared by `kit pull`, `kit build` and `kit demo`; no click options here.
+"""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from kit.output import is_tty, progress
+from kit.runtime.base import BuildPlan, BuildResult, ImageStore, Progress, PullPlan, PullResult
+from kit.state import record_image
+
+
+class _Printer:
+    """Progress on stderr: steps always; builder output with `verbose`; per-layer lines when
+    stderr is not a terminal, else one updating summary line (at most every 0.2 s); nothing
+    with --json. `layer_prefix` indents layer lines under a build's steps."""
+
+    def __init__(self, *, as_json: bool, verbose: bool = False, layer_prefix: str = "", summary_on_tty: bool = True):
+        self.as_json = as_json
+        self.verbose = verbose
+        self.layer_prefix = layer_prefix
+        self.tty = is_tty()
+        self.summary_on_tty = summary_on_tty
+        self._last = 0.0
+        self._summary: str | None = None
+
+    def __call__(self, event: Progress) -> None:
+        if self.as_json:
+            return
+        if event.level == "step":
+            progress(event.text or "")
+        elif event.level == "detail":
+            if self.verbose and event.text:
+                progress("  " + event.text)
+        elif not self.tty:
+            if event.text:
+                progress(self.layer_prefix + event.text)
+        elif self.summary_on_tty and event.summary:
+            now = time.monotonic()
+            self._summary = event.summary
+            if now - self._last >= 0.2:
+                self._last = now
+                click.echo("\r\x1b[2K" + event.summary, nl=False, err=True)
+
+    def finish(self) -> None:
+        """End the terminal's updating line with the last summary."""
+        if self.tty and self._last and self._summary and not self.as_json:
+            click.echo("\r\x1b[2K" + self._summary, err=True)
+
+
+def pull_image(store: ImageStore, plan: PullPlan, *, as_json: bool) -> PullResult:
+    printer = _Printer(as_json=as_json)
+    try:
+        result = store.pull(plan, on_progress=printer)
+    finally:
+        printer.finish()
+    record_image(result.ref, result.digest, **result.record_fields())
+    return result
+
+
+def build_image(store: ImageStore, plan: BuildPlan, *, as_json: bool, verbose: bool = False) -> BuildResult:
+    """Execute a plan from store.plan_build and record the image (when its digest is known).
+    On a terminal a build shows its steps only (no layer lines of the images it pulls)."""
+    printer = _Printer(as_json=as_json, verbose=verbose, layer_prefix="  ", summary_on_tty=False)
+    result = store.build(plan, on_progress=printer)
+    if result.digest:
+        if result.file is not None:
+            record_image(result.image, result.digest, source=result.file.source, runtime=result.runtime)
+        else:
+            record_image(
+                result.image,
+                result.digest,
+                image_id=result.digest,
+                runtime=result.runtime,
+                built_from=f"containers/{result.name}",
+            )
+    return result
