@@ -8,7 +8,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = ROOT / "tests" / "golden"
-SHARED = ROOT.parent / "shared"
 # Every verb the product promises in `kit --help` (issue 2): listed here, not taken from kit.cli,
 # so a verb dropped from the CLI fails the tests.
 PRODUCT_VERBS = (

@@ -23,7 +23,7 @@ from kit.verify.image import check_image, image_probe_argv
 from kit.verify.nccl import summarize_lines
 from kit.verify.report import VerificationFailed, junit_xml, render_text
 
-SHARED = Path(__file__).parents[2].parent / "shared" / "fixtures"
+RECORDED_SMI = Path(__file__).parents[1] / "fixtures" / "recorded" / "nvidia-smi"  # see its README.md
 RECORDED = Path(__file__).parents[1] / "fixtures" / "verify"
 
 
@@ -41,18 +41,14 @@ def statuses(checks: Sequence[policy.Check]) -> dict[str, str]:
 
 
 def test_parse_query_gpu_real_output() -> None:
-    path = SHARED / "nvidia-smi" / "h200x2_query_gpu.csv"
-    if not path.exists():
-        pytest.skip("../shared/fixtures not checked out beside the repo")
+    path = RECORDED_SMI / "h200x2_query_gpu.csv"
     gpus = probe.parse_query_gpu(path.read_text())
     assert [g["name"] for g in gpus] == ["NVIDIA H200", "NVIDIA H200"]
     assert gpus[0]["memory_mib"] == 143771 and gpus[1]["driver"] == "580.159.04"
 
 
 def test_parse_topo_real_output_with_ansi() -> None:
-    path = SHARED / "nvidia-smi" / "h200x2_topo_m.txt"
-    if not path.exists():
-        pytest.skip("../shared/fixtures not checked out beside the repo")
+    path = RECORDED_SMI / "h200x2_topo_m.txt"
     assert probe.parse_topo(path.read_text()) == {"links": {"0-1": "NV18"}, "all_nvlink": True}
     pcie = "GPU0\t X \tPIX\t0-31\nGPU1\tPIX\t X \t0-31\n"
     assert probe.parse_topo(pcie)["all_nvlink"] is False
