@@ -14,25 +14,24 @@ from __future__ import annotations
 import io
 import json
 import shutil
-import subprocess
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.clusters import IMAGE, two_node_ray_env
+from tests.integration.clusters import IMAGE, Cli, two_node_ray_env
 
 MODEL = "kit-test/tiny"
 MODEL_CONFIG = Path(__file__).parents[1] / "data" / "models" / "qwen2.5-7b" / "config.json"
-Cli = Callable[..., subprocess.CompletedProcess[str]]
 
 
-def cluster_env(name: str, tmp_path: Path) -> dict[str, str]:
+@pytest.fixture
+def cluster_env(cluster_name: str, tmp_path: Path) -> dict[str, str]:
+    """The environment of conftest's `cluster` fixture here: the tiny model's snapshot in the HF cache."""
     hf = tmp_path / "hf"
     add_snapshot(hf, MODEL)
-    return {**two_node_ray_env(name, hf, second_octet=214), "KIT_MODEL_ID": MODEL}
+    return {**two_node_ray_env(cluster_name, hf, second_octet=214), "KIT_MODEL_ID": MODEL}
 
 
 def add_snapshot(hf: Path, model: str) -> None:
@@ -46,17 +45,6 @@ def add_snapshot(hf: Path, model: str) -> None:
     snap.mkdir(parents=True, exist_ok=True)
     if not (snap / "config.json").is_symlink():
         (snap / "config.json").symlink_to("../../blobs/c0ffee")
-
-
-@pytest.fixture
-def cluster(
-    docker_client: Any, cluster_name: str, kit_cli: Cli, tmp_path: Path
-) -> Iterator[tuple[dict[str, str], Cli]]:
-    if not docker_client.images.list(name=IMAGE):
-        pytest.fail(f"test image {IMAGE} is missing: build it with `kit build cpu --tag {IMAGE}`")
-    env = cluster_env(cluster_name, tmp_path)
-    yield env, kit_cli
-    kit_cli("down", env=env)
 
 
 def bring_up(kit: Cli, env: dict[str, str], *, worker_image: str | None = None) -> None:
