@@ -7,12 +7,10 @@ them: no engine is needed to see what kit asks for) and the `apptainer` argv pas
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import shlex
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -21,20 +19,9 @@ import pytest
 
 import kit.runtime
 from kit import proc
-from kit.cli import main
 from kit.runtime.apptainer import ApptainerRuntime
 from kit.runtime.docker import DockerRuntime
-
-
-def run_kit(args: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code: int | str | None = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(args)
-        except SystemExit as exc:
-            code = exc.code
-    return int(code or 0), out.getvalue(), err.getvalue()
+from tests.conftest import run_kit
 
 
 def printed_commands(text: str) -> list[list[str]]:
@@ -146,11 +133,10 @@ DOCKER_CASES = {
 
 @pytest.mark.parametrize("case", DOCKER_CASES)
 def test_docker_dry_run_is_what_containers_run_receives(
-    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    case: str, tmp_path: Path, kit_state_dir: Path, use_runtime: Callable[[Any], None]
 ) -> None:
     fake = FakeDocker()
-    monkeypatch.setattr(kit.runtime, "get_runtime", lambda config: DockerRuntime(client=fake))
-    monkeypatch.setenv("KIT_STATE_DIR", str(tmp_path / "state"))
+    use_runtime(DockerRuntime(client=fake))
     args = ["up", *DOCKER_CASES[case], "--cluster", "rt", "--set", f"hf_cache={tmp_path}"]
     code, out, err = run_kit([*args, "--dry-run"])
     assert code == 0, err

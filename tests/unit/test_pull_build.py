@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,6 @@ from typing import Any
 import pytest
 
 from kit import resources, state
-from kit.cli import main
 from kit.commands import build as build_cmd
 from kit.commands import pull as pull_cmd
 from kit.errors import ExitCode, ImageError, ImageRefError, UsageError
@@ -26,24 +24,10 @@ from kit.images import (
     pick_digest,
     plan_build_context,
 )
+from tests.conftest import run_kit
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith("KIT_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("KIT_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.chdir(tmp_path)
-
-
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-    out, err = capsys.readouterr()
-    return int(exc.value.code or 0), out, err
+# No KIT_* variable from the caller's shell; the working directory and KIT_STATE_DIR in tmp_path.
+pytestmark = pytest.mark.usefixtures("kit_env")
 
 
 # ---- refs ---------------------------------------------------------------------------------
@@ -314,12 +298,10 @@ LAYER_EVENTS = [
 ]
 
 
-def test_pull_records_and_prints_the_digest(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_pull_records_and_prints_the_digest(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     fake = FakeDocker(LAYER_EVENTS)
     monkeypatch.setattr(pull_cmd, "docker_runtime", lambda: fake)
-    code, out, err = run(["pull", "reg:5000/kit/base:test"], capsys)
+    code, out, err = run_kit(["pull", "reg:5000/kit/base:test"])
     assert code == 0, err
     assert fake.pulled == [("reg:5000/kit/base", "test")]
     assert "reg:5000/kit/base@sha256:good" in out
@@ -327,31 +309,27 @@ def test_pull_records_and_prints_the_digest(
     record = state.recorded_image("reg:5000/kit/base:test")
     assert record is not None and record["digest"] == "reg:5000/kit/base@sha256:good"
 
-    code, out, err = run(["pull", "reg:5000/kit/base:test", "--json"], capsys)
+    code, out, err = run_kit(["pull", "reg:5000/kit/base:test", "--json"])
     assert code == 0 and err == ""
     result = json.loads(out)["result"]
     assert result["digest"] == "reg:5000/kit/base@sha256:good" and result["image_id"] == "sha256:img"
 
 
-def test_pull_defaults_to_the_configs_image(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_pull_defaults_to_the_configs_image(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeDocker([])
     monkeypatch.setattr(pull_cmd, "docker_runtime", lambda: fake)
     monkeypatch.setenv("KIT_IMAGE", "vllm/vllm-openai:v0.32.0")
-    code, _, err = run(["pull", "--json"], capsys)
+    code, _, err = run_kit(["pull", "--json"])
     assert code == 0, err
     assert fake.pulled == [("vllm/vllm-openai", "v0.32.0")]
 
 
-def test_failed_pull_is_exit_5_and_removes_a_half_tag(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_failed_pull_is_exit_5_and_removes_a_half_tag(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeDocker(
         LAYER_EVENTS[:3], fail_with="dial tcp 127.0.0.1:5000: connect: connection refused", leave_tag=True
     )
     monkeypatch.setattr(pull_cmd, "docker_runtime", lambda: fake)
-    code, out, err = run(["pull", "127.0.0.1:5000/kit/base:test"], capsys)
+    code, out, err = run_kit(["pull", "127.0.0.1:5000/kit/base:test"])
     assert code == ExitCode.IMAGE
     assert out == ""
     errors = [ln for ln in err.splitlines() if ln.startswith("kit: error:")]
@@ -363,24 +341,22 @@ def test_failed_pull_is_exit_5_and_removes_a_half_tag(
     assert state.recorded_image("127.0.0.1:5000/kit/base:test") is None
 
 
-def test_failed_pull_keeps_a_tag_that_existed_before(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_failed_pull_keeps_a_tag_that_existed_before(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeDocker([], fail_with="manifest unknown", leave_tag=True)
     fake.images["r/x:1"] = {"id": "sha256:old", "repo_digests": [], "tags": ["r/x:1"]}
     monkeypatch.setattr(pull_cmd, "docker_runtime", lambda: fake)
-    code, out, _ = run(["pull", "r/x:1", "--json"], capsys)
+    code, out, _ = run_kit(["pull", "r/x:1", "--json"])
     assert code == ExitCode.IMAGE
     assert json.loads(out)["error"]["exit_code"] == ExitCode.IMAGE
     assert fake.removed == []
 
 
-def test_malformed_ref_is_exit_5(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run(["pull", "Not A Ref"], capsys)
+def test_malformed_ref_is_exit_5() -> None:
+    code, _, err = run_kit(["pull", "Not A Ref"])
     assert code == ExitCode.IMAGE and "malformed image reference" in err
 
 
-def test_apptainer_pull_and_build_delegate(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_apptainer_pull_and_build_delegate(monkeypatch: pytest.MonkeyPatch) -> None:
     import kit.runtime.apptainer as apptainer
 
     calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
@@ -399,60 +375,58 @@ def test_apptainer_pull_and_build_delegate(monkeypatch: pytest.MonkeyPatch, caps
             return {"path": dest, "source": source, "digest": "sha256:built"}
 
     monkeypatch.setattr(apptainer, "ApptainerRuntime", FakeApptainer)
-    code, out, err = run(["pull", "--runtime", "apptainer", "r/x:1", "--set", "apptainer.image_dir=/sif"], capsys)
+    code, out, err = run_kit(["pull", "--runtime", "apptainer", "r/x:1", "--set", "apptainer.image_dir=/sif"])
     assert code == 0, err
     assert calls[0][0] == "pull" and calls[0][1] == ("r/x:1",) and calls[0][2]["image_dir"] == "/sif"
     assert "converting" in err and "sha256:sif" in out
     assert (state.recorded_image("r/x:1") or {}).get("path") == "/sif/x.sif"
 
-    code, out, err = run(
-        ["build", "cpu", "--runtime", "apptainer", "--from", "docker://kit/x:1", "--sif", "/s.sif"], capsys
+    code, out, err = run_kit(
+        ["build", "cpu", "--runtime", "apptainer", "--from", "docker://kit/x:1", "--sif", "/s.sif"]
     )
     assert code == 0, err
     assert calls[1][:2] == ("build", ("docker://kit/x:1", "/s.sif"))
 
-    code, out, err = run(["build", "cpu", "--runtime", "apptainer", "--set", "apptainer.image_dir=/sif"], capsys)
+    code, out, err = run_kit(["build", "cpu", "--runtime", "apptainer", "--set", "apptainer.image_dir=/sif"])
     assert code == 0, err
     source, dest = calls[2][1]
     assert source == str(resources.container_dir("cpu") / "kit-cpu.def")
     assert dest.startswith("/sif/") and dest.endswith(".sif")
-    code, out, err = run(["build", "vllm", "--runtime", "apptainer", "--vllm-tag", "v0.31.0", "--json"], capsys)
+    code, out, err = run_kit(["build", "vllm", "--runtime", "apptainer", "--vllm-tag", "v0.31.0", "--json"])
     assert code == 0, err
     assert calls[3][1][0] == "docker-daemon:kit/vllm:v0.31.0"
 
 
-def test_apptainer_without_pull_is_a_clear_error(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_apptainer_without_pull_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     import kit.runtime.apptainer as apptainer
 
     monkeypatch.setattr(apptainer, "ApptainerRuntime", lambda config: object())
-    code, _, err = run(["pull", "--runtime", "apptainer", "r/x:1"], capsys)
+    code, _, err = run_kit(["pull", "--runtime", "apptainer", "r/x:1"])
     assert code == ExitCode.RUNTIME_UNAVAILABLE
     assert "cannot pull yet" in err
 
 
-def test_build_dry_run_prints_the_plan(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_build_dry_run_prints_the_plan(tmp_path: Path) -> None:
     ca = tmp_path / "ca.pem"
     ca.write_text(PEM)
-    code, out, err = run(["build", "cpu", "--dry-run", "--ca-bundle", str(ca), "--offline", "-t", "me/cpu:1"], capsys)
+    code, out, err = run_kit(["build", "cpu", "--dry-run", "--ca-bundle", str(ca), "--offline", "-t", "me/cpu:1"])
     assert code == 0, err
     assert "would build me/cpu:1" in out
     assert "ca/extra.crt" in out and "probe/collective.py  kit/verify/collective.py" in out
     assert "PIP_OFFLINE=1" in out
     assert "equivalent: docker build -t me/cpu:1 --build-arg PIP_OFFLINE=1 CONTEXT" in out
 
-    code, out, _ = run(["build", "--dry-run", "--json", "--set", "accelerator=cpu"], capsys)
+    code, out, _ = run_kit(["build", "--dry-run", "--json", "--set", "accelerator=cpu"])
     result = json.loads(out)["result"]
     assert result["name"] == "cpu" and result["dry_run"] is True
-    code, out, _ = run(["build", "--dry-run", "--json"], capsys)
+    code, out, _ = run_kit(["build", "--dry-run", "--json"])
     assert json.loads(out)["result"]["name"] == "vllm"
 
 
-def test_build_with_fake_docker(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_build_with_fake_docker(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeDocker([])
     monkeypatch.setattr(build_cmd, "docker_runtime", lambda: fake)
-    code, out, err = run(["build", "cpu", "-t", "me/cpu:1"], capsys)
+    code, out, err = run_kit(["build", "cpu", "-t", "me/cpu:1"])
     assert code == 0, err
     assert "Step 1/2 : FROM base" in err and "---> 123" not in err
     assert out.splitlines() == ["me/cpu:1", "  id: sha256:built"]
@@ -460,7 +434,7 @@ def test_build_with_fake_docker(monkeypatch: pytest.MonkeyPatch, capsys: pytest.
 
     fake = FakeDocker([], fail_with="x")
     monkeypatch.setattr(build_cmd, "docker_runtime", lambda: fake)
-    code, out, err = run(["build", "cpu", "-t", "me/cpu:2"], capsys)
+    code, out, err = run_kit(["build", "cpu", "-t", "me/cpu:2"])
     assert code == ExitCode.IMAGE
     assert "kit: error: build of me/cpu:2 failed: Step 1/2 exited with code 1" in err
     assert "  | pip: no such package" in err
@@ -490,8 +464,8 @@ def test_docker_py_pull_sends_credentials_from_docker_config(monkeypatch: pytest
     assert header["username"] == "alice" and header["password"] == "s3cret"
 
 
-def test_help_mentions_credentials_and_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(["pull", "--help"], capsys)
+def test_help_mentions_credentials_and_exit_codes() -> None:
+    code, out, _ = run_kit(["pull", "--help"])
     assert code == 0
     assert "~/.docker/config.json" in out and "credential helpers" in out
 
