@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO, cast
 
-from kit.verify import nccl
+from kit.verify import nccl, nccl_log
 
 
 @dataclass(frozen=True)
@@ -242,7 +242,7 @@ def classify_lines(lines: Iterable[str]) -> Diagnosis:
     One pass, one line at a time: memory stays bounded whatever the length of the log.
     """
     found: dict[str, Finding] = {}
-    parser = nccl.NcclParser()
+    parser = nccl_log.NcclParser()
     n = 0
     for n, raw in enumerate(lines, start=1):
         line = raw.rstrip("\r\n")
@@ -259,42 +259,51 @@ def classify_lines(lines: Iterable[str]) -> Diagnosis:
     log = parser.result()
     summary = nccl.summarize(log)
     findings = list(found.values())
-    socket_inter = summary.inter.get(nccl.Transport.SOCKET.value, 0)
-    if socket_inter:
-        first = next(
-            (c for c in log.connections if c.transport is nccl.Transport.SOCKET and nccl.scope_of(c, log) == "inter"),
-            None,
-        )
-        cause = _SOCKET_FALLBACK.cause
-        if summary.ib_devices:
-            cause += f", although NCCL lists {', '.join(sorted(summary.ib_devices))}"
-        findings.append(
-            Finding(
-                _SOCKET_FALLBACK.id,
-                cause,
-                _SOCKET_FALLBACK.fix,
-                _SOCKET_FALLBACK.row,
-                socket_inter,
-                first.line if first else 0,
-                f"{first.host or ''} {first.src} -> {first.dst} via {first.via}".strip() if first else "",
-            )
-        )
-    # Only banners count: NCCL_VERSION names an image's system libnccl, which a pip torch that
-    # bundles its own need not load (2x H200 image: NCCL_VERSION=2.28.3-1, torch runs 2.28.9).
-    if len(summary.banner_versions) > 1:
-        findings.append(
-            Finding(
-                "nccl-version-mixed",
-                f"processes report different NCCL versions: {', '.join(summary.banner_versions)}",
-                "run the same image (and so the same NCCL) on every node; `kit verify` compares versions",
-                7,
-                len(summary.banner_versions),
-                0,
-                "",
-            )
-        )
+    if socket := _socket_fallback(log, summary):
+        findings.append(socket)
+    if mixed := _mixed_versions(summary):
+        findings.append(mixed)
     has_transport = bool(summary.intra or summary.inter or summary.version or summary.cuda_driver)
     return Diagnosis(findings=findings, transport=summary if has_transport else None, lines=n)
+
+
+def _socket_fallback(log: nccl_log.NcclLog, summary: nccl.TransportSummary) -> Finding | None:
+    """Inter-node connections over TCP sockets, with the first one as the sample."""
+    socket_inter = summary.inter.get(nccl.Transport.SOCKET.value, 0)
+    if not socket_inter:
+        return None
+    first = next(
+        (c for c in log.connections if c.transport is nccl.Transport.SOCKET and nccl.scope_of(c, log) == "inter"),
+        None,
+    )
+    cause = _SOCKET_FALLBACK.cause
+    if summary.ib_devices:
+        cause += f", although NCCL lists {', '.join(sorted(summary.ib_devices))}"
+    return Finding(
+        _SOCKET_FALLBACK.id,
+        cause,
+        _SOCKET_FALLBACK.fix,
+        _SOCKET_FALLBACK.row,
+        socket_inter,
+        first.line if first else 0,
+        f"{first.host or ''} {first.src} -> {first.dst} via {first.via}".strip() if first else "",
+    )
+
+
+def _mixed_versions(summary: nccl.TransportSummary) -> Finding | None:
+    # Only banners count: NCCL_VERSION names an image's system libnccl, which a pip torch that
+    # bundles its own need not load (2x H200 image: NCCL_VERSION=2.28.3-1, torch runs 2.28.9).
+    if len(summary.banner_versions) <= 1:
+        return None
+    return Finding(
+        "nccl-version-mixed",
+        f"processes report different NCCL versions: {', '.join(summary.banner_versions)}",
+        "run the same image (and so the same NCCL) on every node; `kit verify` compares versions",
+        7,
+        len(summary.banner_versions),
+        0,
+        "",
+    )
 
 
 # --- reading logs of any size and encoding ---------------------------------------------------
@@ -325,7 +334,7 @@ def detect_encoding(head: bytes) -> tuple[str, int]:
     return "utf-8", 0
 
 
-def read_lines(stream: BinaryIO, *, max_line: int = nccl.MAX_LINE) -> Iterator[str]:
+def read_lines(stream: BinaryIO, *, max_line: int = nccl_log.MAX_LINE) -> Iterator[str]:
     """Text lines of a binary stream, decoded streaming (CRLF and CR as newlines, bad bytes
     replaced); a line longer than max_line characters comes in pieces, so a file without any
     newline (binary, minified) never sits in memory whole.
@@ -356,13 +365,13 @@ def read_lines(stream: BinaryIO, *, max_line: int = nccl.MAX_LINE) -> Iterator[s
 
 def _record_start(text: str) -> int:
     """Where the last record of a cut line begins: the NCCL prefix of the last `NCCL INFO` or
-    `NCCL WARN` (where nccl.NcclParser splits glued records too), else after the last space;
+    `NCCL WARN` (where nccl_log.NcclParser splits glued records too), else after the last space;
     0 where there is neither."""
     at = max(text.rfind("NCCL INFO"), text.rfind("NCCL WARN"))
     if at < 0:
         return text.rfind(" ") + 1
     # A hostname has at most 255 characters: the prefix starts within that much before `at`.
-    prefixes = list(nccl.PREFIX.finditer(text, max(0, at - 300), at + len("NCCL INFO")))
+    prefixes = list(nccl_log.PREFIX.finditer(text, max(0, at - 300), at + len("NCCL INFO")))
     return prefixes[-1].start() if prefixes and prefixes[-1].end() > at else at
 
 

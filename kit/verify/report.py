@@ -9,14 +9,15 @@ from typing import Any
 
 from kit.errors import VerifyFailed
 from kit.output import table
-from kit.verify import policy
+from kit.verify.checks import FAIL, PASS, WARN, Check, overall
 from kit.verify.nccl import TransportSummary
+from kit.verify.policy import version_table
 
 
 @dataclass
 class VerifyResult:
     mode: str  # "host" | "cluster" | "image"
-    checks: list[policy.Check]
+    checks: list[Check]
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     collective: dict[str, Any] | None = None
     transport: TransportSummary | None = None
@@ -27,7 +28,7 @@ class VerifyResult:
 
     @property
     def status(self) -> str:
-        return policy.overall(self.checks)
+        return overall(self.checks)
 
     def to_dict(self, *, nccl_lines: bool = True) -> dict[str, Any]:
         collective = dict(self.collective) if self.collective else None
@@ -39,7 +40,7 @@ class VerifyResult:
             "status": self.status,
             "expect": self.expect,
             "checks": [c.to_dict() for c in self.checks],
-            "versions": policy.version_table(self.nodes) if self.nodes else {},
+            "versions": version_table(self.nodes) if self.nodes else {},
             "transport": self.transport.to_dict() if self.transport else None,
             "bandwidth": (self.collective or {}).get("results", []),
             "nodes": self.nodes,
@@ -53,7 +54,7 @@ class VerificationFailed(VerifyFailed):
     """VerifyFailed (exit 7) that carries the whole result into `--json` output."""
 
     def __init__(self, result: VerifyResult):
-        failed = [c for c in result.checks if c.status == policy.FAIL]
+        failed = [c for c in result.checks if c.status == FAIL]
         first = failed[0] if failed else None
         super().__init__(
             f"verification failed: {len(failed)} check(s) failed" + (f"; first: {first.reason}" if first else ""),
@@ -69,21 +70,21 @@ class VerificationFailed(VerifyFailed):
 
 
 def raise_if_failed(result: VerifyResult) -> None:
-    if result.status == policy.FAIL:
+    if result.status == FAIL:
         raise VerificationFailed(result)
 
 
-_MARK = {policy.PASS: "ok", policy.WARN: "WARN", policy.FAIL: "FAIL"}
+_MARK = {PASS: "ok", WARN: "WARN", FAIL: "FAIL"}
 
 
-def render_checks(checks: Sequence[policy.Check]) -> str:
+def render_checks(checks: Sequence[Check]) -> str:
     rows = [(c.node or "(cluster)", c.name, _MARK[c.status], c.reason) for c in checks]
     return table(["node", "check", "result", "reason"], rows)
 
 
 def render_versions(nodes: Mapping[str, Mapping[str, Any]]) -> str:
     names = list(nodes)
-    rows = [[key, *[values.get(n) or "-" for n in names]] for key, values in policy.version_table(nodes).items()]
+    rows = [[key, *[values.get(n) or "-" for n in names]] for key, values in version_table(nodes).items()]
     return table(["version", *names], rows)
 
 
@@ -120,7 +121,7 @@ def render_text(result: VerifyResult) -> str:
             "",
         ]
     parts += ["Checks", render_checks(result.checks), ""]
-    fixes = [c for c in result.checks if c.status != policy.PASS and c.fix]
+    fixes = [c for c in result.checks if c.status != PASS and c.fix]
     for c in fixes:
         parts.append(f"  {_MARK[c.status]} {c.name}: fix: {c.fix}")
     parts.append(f"verify ({result.mode}, expect {result.expect}): {result.status.upper()} in {result.wall_s:.1f}s")
@@ -129,7 +130,7 @@ def render_text(result: VerifyResult) -> str:
 
 def junit_xml(result: VerifyResult) -> str:
     """One <testsuite>, one <testcase> per check; fail -> <failure>, warn -> <system-out>."""
-    failures = sum(c.status == policy.FAIL for c in result.checks)
+    failures = sum(c.status == FAIL for c in result.checks)
     suite = ET.Element(
         "testsuite",
         {
@@ -149,10 +150,10 @@ def junit_xml(result: VerifyResult) -> str:
                 "name": c.name,
             },
         )
-        if c.status == policy.FAIL:
+        if c.status == FAIL:
             failure = ET.SubElement(case, "failure", {"message": c.reason})
             failure.text = f"fix: {c.fix}" if c.fix else c.reason
-        elif c.status == policy.WARN:
+        elif c.status == WARN:
             out = ET.SubElement(case, "system-out")
             out.text = f"WARN: {c.reason}" + (f" (fix: {c.fix})" if c.fix else "")
     ET.indent(suite)

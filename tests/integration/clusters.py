@@ -7,10 +7,13 @@ import os
 import subprocess
 import sys
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 IMAGE = os.environ.get("KIT_TEST_IMAGE", "kit/vllm-cpu:test")
+# What the kit_cli fixture (conftest.py) returns: kit_cli(*args, env=..., timeout=...) runs kit.
+Cli = Callable[..., subprocess.CompletedProcess[str]]
 
 
 def two_node_ray_env(name: str, hf_cache: Path, *, second_octet: int) -> dict[str, str]:

@@ -14,11 +14,13 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.integration.clusters import IMAGE, Cli
 
 TEST_RUN_LABEL = "kit.test-run"
 
@@ -95,7 +97,7 @@ def kit_state(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def kit_cli(kit_state: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+def kit_cli(kit_state: Path) -> Cli:
     """Run `python -m kit ARGS` with KIT_STATE_DIR in a temp dir; returns the finished process."""
 
     def run(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -110,3 +112,13 @@ def kit_cli(kit_state: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
         )
 
     return run
+
+
+@pytest.fixture
+def cluster(docker_client: Any, kit_cli: Cli, cluster_env: dict[str, str]) -> Iterator[tuple[dict[str, str], Cli]]:
+    """A two-node cluster's KIT_* environment (the module's own `cluster_env` fixture) and the
+    CLI to drive it; `kit down` at the end, whatever the test left running."""
+    if not docker_client.images.list(name=IMAGE):
+        pytest.fail(f"test image {IMAGE} is missing: build it with `kit build cpu --tag {IMAGE}`")
+    yield cluster_env, kit_cli
+    kit_cli("down", env=cluster_env)

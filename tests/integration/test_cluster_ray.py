@@ -10,30 +10,19 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.clusters import IMAGE, listening, two_node_ray_env
-
-Cli = Callable[..., subprocess.CompletedProcess[str]]
-
-
-def cluster_env(name: str, tmp_path: Path) -> dict[str, str]:
-    return two_node_ray_env(name, tmp_path / "hf", second_octet=213)
+from tests.integration.clusters import Cli, listening, two_node_ray_env
 
 
 @pytest.fixture
-def cluster(
-    docker_client: Any, cluster_name: str, kit_cli: Cli, tmp_path: Path
-) -> Iterator[tuple[dict[str, str], Cli]]:
-    if not docker_client.images.list(name=IMAGE):
-        pytest.fail(f"test image {IMAGE} is missing: build it with `kit build cpu --tag {IMAGE}`")
-    env = cluster_env(cluster_name, tmp_path)
-    yield env, kit_cli
-    kit_cli("down", env=env)
+def cluster_env(cluster_name: str, tmp_path: Path) -> dict[str, str]:
+    """The environment of conftest's `cluster` fixture here."""
+    return two_node_ray_env(cluster_name, tmp_path / "hf", second_octet=213)
 
 
 def status(kit: Cli, env: dict[str, str]) -> dict[str, Any]:

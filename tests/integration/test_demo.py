@@ -4,11 +4,9 @@ across them, a real answer, and nothing left behind."""
 from __future__ import annotations
 
 import json
-import subprocess
-from collections.abc import Callable
 from typing import Any
 
-Cli = Callable[..., subprocess.CompletedProcess[str]]
+from tests.integration.clusters import Cli
 
 
 def test_demo_answers_and_cleans_up(kit_cli: Cli, docker_client: Any, cluster_name: str) -> None:

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,7 +14,6 @@ import requests
 
 from tests.integration.clusters import listening, make_kit, two_node_mp_env
 
-Cli = Callable[..., subprocess.CompletedProcess[str]]
 SECRET_KEY = "sk-kit-test-" + "9c" * 12
 SECRET_TOKEN = "hf_" + "Qx7" * 11
 

@@ -19,6 +19,23 @@ from pathlib import Path
 
 RECORD = 'printf \'%s\\0\' "${0##*/}" "$@" > "${KIT_RECORD}/${EPOCHREALTIME/./}.$$.${RANDOM}"\n'
 
+# What SLURM and the host tools answer on a one-node job on node1 (10.9.0.1 on ib0), recording
+# nothing: the SLURM launcher tests (test_slurm.py, test_dp.py) write these bodies under #!/bin/bash.
+HOST_STUBS = {
+    "scontrol": "echo node1\n",
+    "getent": 'echo "10.9.0.1      STREAM node1"\n',
+    "ip": r"""case "$*" in
+  *"route get"*) echo "$4 dev ib0 src 10.9.0.1 uid 0" ;;
+  *"addr show"*) echo "3: ib0    inet 10.9.0.1/16 brd 10.9.255.255 scope global ib0" ;;
+esac
+""",
+    "squeue": 'echo "1:00:00"\n',
+    "curl": "exit 0\n",
+    "hostname": "echo node1\n",
+    # srun: run the step's command once, as node 0 (the real srun runs it on every node).
+    "srun": 'while [ "${1#-}" != "$1" ]; do shift; done\nSLURM_NODEID=0 exec "$@"\n',
+}
+
 BASH_STUBS = {
     "vllm": RECORD,
     # ray start of a worker succeeds once, then fails: with timeouts.join 0 the worker's rejoin
@@ -43,16 +60,11 @@ fi
     "curl": RECORD,
     "ssh": RECORD,
     "sbatch": RECORD + "echo 4242\n",
-    "squeue": RECORD + 'echo "1:00:00"\n',
-    "scontrol": RECORD + "echo node1\n",
-    "getent": RECORD + 'echo "10.9.0.1      STREAM node1"\n',
+    "squeue": RECORD + HOST_STUBS["squeue"],
+    "scontrol": RECORD + HOST_STUBS["scontrol"],
+    "getent": RECORD + HOST_STUBS["getent"],
     "hostname": RECORD + 'if [ "${1:-}" = -I ]; then echo 10.9.0.1; else echo node1; fi\n',
-    "ip": RECORD
-    + """case "$*" in
-  *"route get"*) echo "$4 dev ib0 src 10.9.0.1 uid 0" ;;
-  *"addr show"*) echo "3: ib0    inet 10.9.0.1/16 brd 10.9.255.255 scope global ib0" ;;
-esac
-""",
+    "ip": RECORD + HOST_STUBS["ip"],
     # srun: skip its options, then run the step once per node, node 0 first (the real srun runs
     # them on every node at once).
     "srun": RECORD

@@ -29,8 +29,7 @@ from kit.runtime.apptainer import (
     sif_name,
 )
 from kit.runtime.base import Progress
-from tests.conftest import ROOT
-from tests.unit.test_plan import make_config
+from tests.conftest import ROOT, make_config
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -99,7 +98,7 @@ print("FAKE: unexpected " + " ".join(args), file=sys.stderr); sys.exit(98)
 
 
 @pytest.fixture
-def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kit_state_dir: Path) -> dict[str, Any]:
     bindir = tmp_path / "bin"
     bindir.mkdir()
     for name in ("apptainer", "singularity"):
@@ -108,7 +107,6 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
     monkeypatch.setenv("KIT_RECORD", str(tmp_path / "record.jsonl"))
     monkeypatch.setenv("KIT_FAKE_STATE", str(tmp_path / "fake-state.json"))
-    monkeypatch.setenv("KIT_STATE_DIR", str(tmp_path / "state"))
     return {"bin": bindir, "tmp": tmp_path}
 
 

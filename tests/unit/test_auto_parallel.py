@@ -28,11 +28,8 @@ def resolved(tmp_path: Path, **values: object) -> tuple[int, int, str]:
     return r.config.tp, r.config.pp, r.sources["model.tp"]
 
 
-@pytest.fixture(autouse=True)
-def _isolate(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.chdir(tmp_path)
-    for name in [n for n in __import__("os").environ if n.startswith("KIT_")]:
-        monkeypatch.delenv(name)
+# No KIT_* variable from the caller's shell; the working directory and KIT_STATE_DIR in tmp_path.
+pytestmark = pytest.mark.usefixtures("kit_env")
 
 
 def test_tp_splits_the_heads_and_pp_takes_the_rest(tmp_path: Path) -> None:

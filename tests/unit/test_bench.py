@@ -10,7 +10,7 @@ import math
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from kit.bench import dataset, metrics, results, schedule
 from kit.bench.metrics import RequestRecord
 from kit.bench.runner import Runner, SSEBuffer, Target
 from kit.errors import ConfigError
+from tests.conftest import FakeRuntime, make_config, run_kit
 
 # ---------------------------------------------------------------- metrics
 
@@ -343,19 +344,8 @@ def test_cli_bench_saves_and_compares(fake_server: str, tmp_path: Path) -> None:
 # ---------------------------------------------------------------- failures through the CLI: one line, exit code
 
 
-def run_kit(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    """`kit ARGV` in-process through main(): its exit code and stderr."""
-    from kit.cli import main
-
-    with pytest.raises(SystemExit) as info:
-        main(argv)
-    code = info.value.code
-    return (code if isinstance(code, int) else 1), capsys.readouterr().err
-
-
 @pytest.fixture
-def bench_args(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    monkeypatch.setenv("KIT_STATE_DIR", str(tmp_path / "state"))
+def bench_args(tmp_path: Path, kit_state_dir: Path) -> list[str]:
     (tmp_path / "key").write_text("sk-test\n")
     return ["bench", "--api-key-file", str(tmp_path / "key"), "-n", "6", "-c", "1", "--output-len", "4"]
 
@@ -366,20 +356,16 @@ def closed_port_url() -> str:
         return f"http://127.0.0.1:{sock.getsockname()[1]}"  # nothing listens once it is closed
 
 
-def test_cli_unreachable_url_is_one_line_exit_8_and_saves_nothing(
-    bench_args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_cli_unreachable_url_is_one_line_exit_8_and_saves_nothing(bench_args: list[str], tmp_path: Path) -> None:
     url = closed_port_url()
-    code, err = run_kit([*bench_args, "--url", url, "-o", str(tmp_path / "r.json")], capsys)
+    code, _, err = run_kit([*bench_args, "--url", url, "-o", str(tmp_path / "r.json")])
     assert code == 8 and err.count("\n") == 1 and err.startswith(f"kit: error: cannot reach {url}/v1/models"), err
     assert not (tmp_path / "r.json").exists() and not (tmp_path / "state" / "bench").exists()
 
 
-def test_cli_wrong_key_is_one_line_exit_8(
-    fake_server: str, bench_args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_cli_wrong_key_is_one_line_exit_8(fake_server: str, bench_args: list[str], tmp_path: Path) -> None:
     (tmp_path / "key").write_text("not-the-key\n")
-    code, err = run_kit([*bench_args, "--url", fake_server, "-o", str(tmp_path / "r.json")], capsys)
+    code, _, err = run_kit([*bench_args, "--url", fake_server, "-o", str(tmp_path / "r.json")])
     assert code == 8 and err.count("\n") == 1 and "answered 401 Unauthorized" in err, err
     assert "--api-key-file" in err and "not-the-key" not in err
     assert FakeVLLM.served == 0 and not (tmp_path / "r.json").exists()
@@ -387,7 +373,7 @@ def test_cli_wrong_key_is_one_line_exit_8(
 
 @pytest.mark.parametrize("mid_stream", [False, True], ids=["before-answering", "mid-stream"])
 def test_cli_server_dying_mid_run_saves_partial_results(
-    fake_server: str, bench_args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str], mid_stream: bool
+    fake_server: str, bench_args: list[str], tmp_path: Path, mid_stream: bool
 ) -> None:
     """The server drops its connections from the 4th request on (warm-up + 2 measured answered):
     one line that says how many requests were not answered and where the partial results are,
@@ -395,7 +381,7 @@ def test_cli_server_dying_mid_run_saves_partial_results(
     FakeVLLM.die_after = 3
     FakeVLLM.die_mid_stream = mid_stream
     out = tmp_path / "r.json"
-    code, err = run_kit([*bench_args, "--url", fake_server, "-o", str(out)], capsys)
+    code, _, err = run_kit([*bench_args, "--url", fake_server, "-o", str(out)])
     lines = [ln for ln in err.splitlines() if ln.startswith("kit: ")]
     assert code == 8 and len(lines) == 1, err
     assert "the server stopped answering" in lines[0] and "(4 of 6 requests not answered)" in lines[0]
@@ -408,32 +394,22 @@ def test_cli_server_dying_mid_run_saves_partial_results(
 
 
 def test_cli_malformed_dataset_is_one_line_exit_3_before_any_request(
-    fake_server: str, bench_args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    fake_server: str, bench_args: list[str], tmp_path: Path
 ) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "fine"}\n{"prompt": "broken"\n')
-    code, err = run_kit([*bench_args, "--url", fake_server, "--dataset", str(bad)], capsys)
+    code, _, err = run_kit([*bench_args, "--url", fake_server, "--dataset", str(bad)])
     assert code == 3 and err.count("\n") == 1 and f"{bad}:2: not valid JSON" in err, err
     assert FakeVLLM.served == 0
 
 
-def test_cluster_info_has_the_plan_only_for_a_kit_cluster_at_that_url(monkeypatch: pytest.MonkeyPatch) -> None:
-    import kit.runtime
+def test_cluster_info_has_the_plan_only_for_a_kit_cluster_at_that_url(use_runtime: Callable[[Any], None]) -> None:
     from kit.commands.bench import cluster_info
     from kit.runtime.base import NodeHandle
-    from tests.unit.test_plan import make_config
 
     config = make_config(**{"model.tp": 8, "model.pp": 2})  # cluster "llama", 2 nodes x 8, port 8000
     head = NodeHandle("kit-llama-head", "llama", "head", 0, "running", ip="10.0.0.5", image_digest="sha256:d")
-
-    class Nodes:
-        def __init__(self, nodes: list[NodeHandle]) -> None:
-            self.nodes = nodes
-
-        def find_nodes(self, cluster: str) -> list[NodeHandle]:
-            return self.nodes
-
-    monkeypatch.setattr(kit.runtime, "get_runtime", lambda config: Nodes([head]))
+    use_runtime(FakeRuntime(head))
     ours = cluster_info(config, "http://10.0.0.5:8000", "0.32.0", "llama-70b")
     assert ours["plan"]["tp"] == 8 and ours["plan"]["pp"] == 2 and ours["image_digest"] == "sha256:d"
     assert ours["name"] == "llama" and [n["name"] for n in ours["nodes"]] == ["kit-llama-head"]
@@ -441,23 +417,21 @@ def test_cluster_info_has_the_plan_only_for_a_kit_cluster_at_that_url(monkeypatc
     assert other["plan"] is None and other["nodes"] == [] and other["image_digest"] is None
     assert other["served_model"] == "served-elsewhere" and other["versions"]["vllm"] == "0.11.0"
     # no node on this host: the configured head_address is the cluster's, anything else is not
-    monkeypatch.setattr(kit.runtime, "get_runtime", lambda config: Nodes([]))
+    use_runtime(FakeRuntime())
     remote = config.replace(head_address="10.0.0.7")
     assert cluster_info(remote, "http://10.0.0.7:8000", None, "llama-70b")["plan"]["nodes"] == 2
     assert cluster_info(remote, "http://127.0.0.1:8000", None, "x")["plan"] is None
     assert cluster_info(config, "http://127.0.0.1:8000", None, "x")["plan"] is None
 
 
-def test_cluster_info_reads_the_layout_the_head_really_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cluster_info_reads_the_layout_the_head_really_serves(use_runtime: Callable[[Any], None]) -> None:
     """A server started with other settings than this kit.yaml (kit demo, --set on serve) is saved
     as it runs: the head's serve script and labels win over the config."""
-    import kit.runtime
     from kit.commands.bench import cluster_info, served_layout
     from kit.commands.serve import SERVE_SCRIPT
     from kit.plan.facts import HEAD
     from kit.plan.scripts import serve_script
     from kit.runtime.base import ExecResult, NodeHandle
-    from tests.unit.test_plan import make_config
 
     config = make_config(**{"model.tp": 8, "model.pp": 2})  # what kit.yaml says: 2 x 8, ray, gpu
     served = make_config(**{"backend": "mp", "nodes": 2, "gpus_per_node": 1, "model.tp": 2, "model.pp": 1,
@@ -469,15 +443,11 @@ def test_cluster_info_reads_the_layout_the_head_really_serves(monkeypatch: pytes
         NodeHandle("kit-llama-worker-1", "llama", "worker", 1, "running", ip="10.0.0.6", labels=labels),
     ]
 
-    class Nodes:
-        def find_nodes(self, cluster: str) -> list[NodeHandle]:
-            return nodes
+    def answer(node: NodeHandle, argv: list[str], env: dict[str, str]) -> ExecResult:
+        assert node.role == "head" and argv == ["cat", SERVE_SCRIPT]
+        return ExecResult(0, script, "")
 
-        def exec(self, node: NodeHandle, argv: list[str]) -> ExecResult:
-            assert node.role == "head" and argv == ["cat", SERVE_SCRIPT]
-            return ExecResult(0, script, "")
-
-    monkeypatch.setattr(kit.runtime, "get_runtime", lambda config: Nodes())
+    use_runtime(FakeRuntime(*nodes, answer=answer))
     plan = cluster_info(config, "http://10.0.0.5:8000", "0.32.0", "tiny")["plan"]
     assert plan == {"tp": 2, "pp": 1, "dp": 1, "ep": False, "nodes": 2, "gpus_per_node": 8, "backend": "mp",
                     "accelerator": "cpu", "model": "kit/tiny-llama", "max_model_len": 2048}  # fmt: skip
@@ -592,7 +562,6 @@ def test_layout_parsing_and_candidates() -> None:
 def test_tune_refuses_a_layout_kit_up_would_refuse(tmp_path: Path) -> None:
     from kit.bench.tune import Layout
     from kit.commands.tune import check_layout
-    from tests.unit.test_plan import make_config
 
     config = make_config(**{"model.tp": 8, "nodes": 2, "gpus_per_node": 8})
     check_layout(config, {}, Layout(8, 2), None, None)
@@ -715,20 +684,18 @@ def test_sigterm_saves_the_partial_point(fake_server: str, tmp_path: Path) -> No
     assert m["completed"] >= 2 and m["completed"] + m["failed"] + m["not_sent"] == 500
 
 
-def test_plot_without_matplotlib_is_one_line(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_plot_without_matplotlib_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Without matplotlib, --plot is one usage line (exit 2): before a run (nothing is sent to
     the unreachable URL) and when plotting saved results."""
     import sys
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     needs = "kit: error: --plot needs matplotlib, which is not installed (fix: pip install 'kit[plot]'"
-    code, err = run_kit(["bench", "--url", "http://127.0.0.1:9", "--plot", str(tmp_path / "x.png")], capsys)
+    code, _, err = run_kit(["bench", "--url", "http://127.0.0.1:9", "--plot", str(tmp_path / "x.png")])
     assert code == 2 and err.count("\n") == 1 and err.startswith(needs), err
     saved = tmp_path / "saved.json"
     saved.write_text(json.dumps(GOOD_RESULT))
-    code, err = run_kit(["bench", "--plot", str(tmp_path / "x.png"), "--from", str(saved)], capsys)
+    code, _, err = run_kit(["bench", "--plot", str(tmp_path / "x.png"), "--from", str(saved)])
     assert code == 2 and err.count("\n") == 1 and err.startswith(needs), err
     assert not (tmp_path / "x.png").exists()
 
@@ -841,7 +808,6 @@ def test_serve_cluster_stops_waiting_for_health_at_the_deadline(monkeypatch: pyt
     from kit.commands.serve import serve_cluster
     from kit.errors import StartError
     from kit.plan.facts import HEAD
-    from tests.unit.test_plan import make_config
 
     config = make_config(nodes=1)
     assert config.timeouts.ready >= 60

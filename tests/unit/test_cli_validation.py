@@ -8,24 +8,11 @@ from typing import Any
 
 import pytest
 
-from kit.cli import main
 from kit.errors import ExitCode
-from tests.conftest import PRODUCT_VERBS
+from tests.conftest import PRODUCT_VERBS, run_kit
 
-
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-    out, err = capsys.readouterr()
-    return int(exc.value.code or 0), out, err
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(__import__("os").environ):
-        if name.startswith("KIT_"):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
+# No KIT_* variable from the caller's shell; the working directory and KIT_STATE_DIR in tmp_path.
+pytestmark = pytest.mark.usefixtures("kit_env")
 
 
 def yaml_file(tmp_path: Path, text: str) -> str:
@@ -72,47 +59,45 @@ CASES = [
 
 
 @pytest.mark.parametrize(("text", "args", "code", "needle"), CASES)
-def test_validation_errors(
-    text: str, args: list[str], code: ExitCode, needle: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_validation_errors(text: str, args: list[str], code: ExitCode, needle: str, tmp_path: Path) -> None:
     cfg = yaml_file(tmp_path, text)
-    rc, out, err = run(["up", "--dry-run", "--config", cfg, *args], capsys)
+    rc, out, err = run_kit(["up", "--dry-run", "--config", cfg, *args])
     assert rc == code, err
     assert needle in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert out == ""
 
 
-def test_tp_must_divide_attention_heads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_tp_must_divide_attention_heads(tmp_path: Path) -> None:
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"num_attention_heads": 6, "num_key_value_heads": 2}))
-    rc, _, err = run(["up", "--dry-run", "--model", str(model), "--gpus-per-node", "4"], capsys)
+    rc, _, err = run_kit(["up", "--dry-run", "--model", str(model), "--gpus-per-node", "4"])
     assert rc == ExitCode.CONFIG
     assert "tensor parallel size 4 does not divide the model's 6 attention heads" in err
 
 
-def test_json_errors_are_machine_readable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    rc, out, _ = run(["up", "--dry-run", "--json", "--nodes", "0"], capsys)
+def test_json_errors_are_machine_readable(tmp_path: Path) -> None:
+    rc, out, _ = run_kit(["up", "--dry-run", "--json", "--nodes", "0"])
     doc = json.loads(out)
     assert rc == ExitCode.CONFIG and doc["ok"] is False and doc["error"]["exit_code"] == 3
     assert "nodes" in doc["error"]["message"]
 
 
-def test_runtime_unavailable(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_runtime_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
-    rc, _, err = run(["up", "--head", "--accelerator", "cpu"], capsys)
+    rc, _, err = run_kit(["up", "--head", "--accelerator", "cpu"])
     assert rc == ExitCode.RUNTIME_UNAVAILABLE
     assert err.startswith("kit: error: the Docker engine is not reachable") and len(err.strip().splitlines()) == 1
 
 
-def test_not_implemented_and_unknown_verb(capsys: pytest.CaptureFixture[str]) -> None:
-    rc, _, err = run(["frobnicate"], capsys)
+def test_not_implemented_and_unknown_verb() -> None:
+    rc, _, err = run_kit(["frobnicate"])
     assert rc == ExitCode.USAGE and "No such command" in err
 
 
-def test_dry_run_with_no_config_is_a_complete_docker_command(capsys: pytest.CaptureFixture[str]) -> None:
-    rc, out, _ = run(["up", "--head", "--dry-run"], capsys)
+def test_dry_run_with_no_config_is_a_complete_docker_command() -> None:
+    rc, out, _ = run_kit(["up", "--head", "--dry-run"])
     assert rc == 0
     docker = next(line for line in out.splitlines() if line.startswith("docker run"))
     for needle in (
@@ -128,8 +113,8 @@ def test_dry_run_with_no_config_is_a_complete_docker_command(capsys: pytest.Capt
     assert 'ray start --head --node-ip-address="${VLLM_HOST_IP}" --port=6379' in out
 
 
-def test_help_lists_every_verb_and_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
-    rc, out, _ = run(["--help"], capsys)
+def test_help_lists_every_verb_and_exit_codes() -> None:
+    rc, out, _ = run_kit(["--help"])
     assert rc == 0
     for verb in PRODUCT_VERBS:
         assert f"\n  {verb} " in out

@@ -4,9 +4,7 @@ findings, in test_verify_cluster_checks.py) for what is left open."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import io
 import json
 import re
 import subprocess
@@ -14,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from kit.cli import main
 from kit.errors import ConfigError
 from kit.plan.exposure import exposures
 from kit.plan.facts import HEAD, NodeNet, Role
@@ -24,22 +21,11 @@ from kit.plan.paths import API_KEY_PATH, RAY_TOKEN_PATH
 from kit.plan.scripts import serve_script
 from kit.plan.slurm import plan_launcher
 from kit.plan.topology import check_env
-from tests.unit.test_plan import make_config
+from tests.conftest import make_config, run_kit
 
 WORKER = Role("worker", 1)
 NETS = {"head": NodeNet("10.0.0.1", "eth0", "10.0.0.1"), "worker": NodeNet("10.0.0.2", "eth0", "10.0.0.1")}
 TOKEN = "ray-token-" + "9c" * 16
-
-
-def run_kit(args: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code: int | str | None = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(args)
-        except SystemExit as exc:
-            code = exc.code
-    return int(code or 0), out.getvalue(), err.getvalue()
 
 
 @pytest.mark.parametrize("backend", ["ray", "mp"])

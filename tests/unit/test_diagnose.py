@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from kit.commands.diagnose import command
 from kit.verify.diagnose import RULES, classify_lines
 
-SHARED = Path(__file__).parents[2].parent / "shared" / "fixtures" / "nccl"
+RECORDED_NCCL = Path(__file__).parents[1] / "fixtures" / "recorded" / "nccl"  # see its README.md
 RECORDED = Path(__file__).parents[1] / "fixtures" / "verify"
 
 SAMPLES = {
@@ -82,7 +82,7 @@ def test_inter_node_socket_fallback() -> None:
 
 
 def test_real_logs_have_no_failures_and_a_transport() -> None:
-    for path in [*SHARED.glob("*.log"), *RECORDED.glob("h200x2_collective_*.log")]:
+    for path in [*RECORDED_NCCL.glob("*.log"), *RECORDED.glob("h200x2_collective_*.log")]:
         diag = classify_lines(path.read_text().splitlines())
         assert diag.findings == [], path
         assert diag.transport is not None and diag.transport.intra, path

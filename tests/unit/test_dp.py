@@ -24,19 +24,15 @@ from kit.plan.scripts import serve_script
 from kit.plan.slurm import container_scripts, plan_launcher
 from kit.plan.vllm import vllm_serve_argv
 from kit.runtime.base import ExecResult, NodeHandle
-from tests.conftest import shellcheck_bin
-from tests.unit.test_plan import make_config
+from tests.conftest import FakeRuntime, make_config, run_kit, shellcheck_bin
+from tests.unit.shellstubs import HOST_STUBS
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "models"
 WORKER = Role("worker", 1)
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(__import__("os").environ):
-        if name.startswith("KIT_"):
-            monkeypatch.delenv(name)
-    monkeypatch.chdir(tmp_path)
+# No KIT_* variable from the caller's shell; the working directory and KIT_STATE_DIR in tmp_path.
+pytestmark = pytest.mark.usefixtures("kit_env")
 
 
 def dp_config(nodes: int, backend: str, ep: bool, **overrides: object) -> object:
@@ -145,11 +141,10 @@ def hf_cache_with(tmp_path: Path, name: str, repo: str) -> Path:
     return tmp_path / "hf"
 
 
-def run_up(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(["up", "--head", "--dry-run", "--network", "dpnet", *args])
-    _, err = capsys.readouterr()
-    return int(exc.value.code or 0), err
+def run_up(args: list[str]) -> tuple[int, str]:
+    """`kit up --head --dry-run` on a simulation network: the exit code and stderr."""
+    code, _, err = run_kit(["up", "--head", "--dry-run", "--network", "dpnet", *args])
+    return code, err
 
 
 CASES = [
@@ -178,38 +173,38 @@ CASES = [
 
 
 @pytest.mark.parametrize(("args", "expected"), CASES)
-def test_bad_dp_layouts_are_refused(args: list[str], expected: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code, err = run_up(args, capsys)
+def test_bad_dp_layouts_are_refused(args: list[str], expected: str) -> None:
+    code, err = run_up(args)
     assert code == ExitCode.CONFIG, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0] and "(fix: " in lines[0], lines
 
 
-def test_ep_on_a_dense_model_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_ep_on_a_dense_model_is_refused(tmp_path: Path) -> None:
     cache = hf_cache_with(tmp_path, "qwen2.5-7b", "Qwen/Qwen2.5-7B-Instruct")
     args = ["--nodes", "2", "--gpus-per-node", "4", "--tp", "1", "--pp", "1", "--dp", "8",
             "--model", "Qwen/Qwen2.5-7B-Instruct", "--set", f"hf_cache={cache}", "--set", "model.ep=true"]  # fmt: skip
-    code, err = run_up(args, capsys)
+    code, err = run_up(args)
     assert code == ExitCode.CONFIG
     assert err.count("\n") == 1 and "model.ep: expert parallelism needs a mixture-of-experts model" in err
     assert "set model.ep: false" in err
 
 
-def test_ep_experts_must_divide_over_tp_times_dp(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_ep_experts_must_divide_over_tp_times_dp(tmp_path: Path) -> None:
     cache = hf_cache_with(tmp_path, "deepseek-v3", "deepseek-ai/DeepSeek-V3")  # 256 routed experts
     base = ["--gpus-per-node", "8", "--tp", "1", "--pp", "1", "--model", "deepseek-ai/DeepSeek-V3",
             "--set", f"hf_cache={cache}", "--set", "model.ep=true"]  # fmt: skip
-    code, err = run_up([*base, "--nodes", "3", "--dp", "24"], capsys)
+    code, err = run_up([*base, "--nodes", "3", "--dp", "24"])
     assert code == ExitCode.CONFIG
     assert "model.ep: the model's 256 experts do not divide over the EP group of TP×DP = 1×24 = 24 GPUs" in err
     assert "e.g. dp = 16" in err and err.count("\n") == 1
-    code, err = run_up([*base, "--nodes", "2", "--dp", "16", "--json"], capsys)
+    code, err = run_up([*base, "--nodes", "2", "--dp", "16", "--json"])
     assert code == 0, err  # 256 / 16: fine
 
 
-def test_pp_with_dp_inside_a_node_is_allowed(capsys: pytest.CaptureFixture[str]) -> None:
+def test_pp_with_dp_inside_a_node_is_allowed() -> None:
     # vLLM has no rule against DP with PP > 1 while a replica stays in one node (see check_data_parallel).
-    code, err = run_up(["--nodes", "2", "--gpus-per-node", "8", "--tp", "2", "--pp", "2", "--dp", "4"], capsys)
+    code, err = run_up(["--nodes", "2", "--gpus-per-node", "8", "--tp", "2", "--pp", "2", "--dp", "4"])
     assert code == 0, err
 
 
@@ -282,31 +277,30 @@ def test_dp_scripts_and_launchers_golden_and_shellcheck(
 # ---- kit status: DP ranks per node -----------------------------------------------------------
 
 
-class ScanRuntime:
-    """Answers the engine scan with what /proc/*/cmdline gives on each node (real titles)."""
+def scan_runtime(cluster: str, outputs: dict[str, str]) -> FakeRuntime:
+    """A head and a worker that answer the engine scan with what /proc/*/cmdline gives on each
+    (real titles)."""
 
-    def __init__(self, outputs: dict[str, str]) -> None:
-        self.outputs = outputs
-
-    def find_nodes(self, cluster: str) -> list[NodeHandle]:
-        return [
-            NodeHandle(f"kit-{cluster}-head", cluster, "head", 0, "running", "10.0.0.1"),
-            NodeHandle(f"kit-{cluster}-worker-1", cluster, "worker", 1, "running", "10.0.0.2"),
-        ]
-
-    def exec(self, node: NodeHandle, argv: list[str], **_: object) -> ExecResult:
+    def answer(node: NodeHandle, argv: list[str], env: dict[str, str]) -> ExecResult:
         assert argv[:2] == ["bash", "-c"] and argv[2] == ENGINE_SCAN
         # What the scan's grep keeps of the real cmdlines (trailing padding trimmed by -o).
-        return ExecResult(0, self.outputs[node.name], "")
+        return ExecResult(0, outputs[node.name], "")
+
+    return FakeRuntime(
+        NodeHandle(f"kit-{cluster}-head", cluster, "head", 0, "running", "10.0.0.1"),
+        NodeHandle(f"kit-{cluster}-worker-1", cluster, "worker", 1, "running", "10.0.0.2"),
+        answer=answer,
+    )
 
 
 def test_status_shows_dp_ranks_per_node_and_the_missing_ones() -> None:
     cfg = dp_config(2, "mp", True, cluster="ds")
-    runtime = ScanRuntime(
+    runtime = scan_runtime(
+        "ds",
         {
             "kit-ds-head": "".join(f"VLLM::EngineCore_DP{r}\n" for r in range(8)),
             "kit-ds-worker-1": "".join(f"VLLM::EngineCore_DP{r}\n" for r in (8, 9, 10, 12, 13, 14, 15)),
-        }
+        },
     )
     result = collect(cfg, runtime, ray=False)  # type: ignore[arg-type]
     head, worker = result["dp"]["nodes"]
@@ -319,7 +313,7 @@ def test_status_shows_dp_ranks_per_node_and_the_missing_ones() -> None:
 
 def test_status_counts_ray_engine_actors() -> None:
     cfg = dp_config(2, "ray", False, cluster="ds")
-    runtime = ScanRuntime({"kit-ds-head": "ray::DPMoEEngineCoreActor\n" * 8, "kit-ds-worker-1": ""})
+    runtime = scan_runtime("ds", {"kit-ds-head": "ray::DPMoEEngineCoreActor\n" * 8, "kit-ds-worker-1": ""})
     result = collect(cfg, runtime, ray=False)  # type: ignore[arg-type]
     assert [n["engines"] for n in result["dp"]["nodes"]] == [8, 0]
     assert "(Ray places them)" in render(result) and "8 engine(s)" in render(result)
@@ -372,15 +366,13 @@ with open(os.environ["KIT_RECORD"], "a") as f:
 def test_dp_launcher_computes_each_nodes_start_rank_inside_the_job(
     node_id: int, start_rank: int | None, tmp_path: Path
 ) -> None:
-    from tests.unit.test_slurm import FAKES
-
     cfg = dp_config(2, "mp", True, runtime="apptainer", image="/images/vllm.sif", hf_token_file=None,
                     api_key_file=None, hf_cache=str(tmp_path / "hf"))  # fmt: skip
     launcher = tmp_path / "launcher.sh"
     launcher.write_text(plan_launcher(cfg))  # type: ignore[arg-type]
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    fakes = {**FAKES, "srun": FAKES["srun"].replace("SLURM_NODEID=0", f"SLURM_NODEID={node_id}")}
+    fakes = {**HOST_STUBS, "srun": HOST_STUBS["srun"].replace("SLURM_NODEID=0", f"SLURM_NODEID={node_id}")}
     for name, body in fakes.items():
         (bindir / name).write_text("#!/bin/bash\n" + body)
     (bindir / "apptainer").write_text(APPTAINER_RUNS_SCRIPT)
@@ -442,7 +434,7 @@ def test_serve_dry_run_with_ray_is_the_head_only(capsys: pytest.CaptureFixture[s
 
 
 def test_ep_flag_and_the_cpu_warning(capsys: pytest.CaptureFixture[str]) -> None:
-    code, err = run_up(["--nodes", "2", "--gpus-per-node", "8", "--tp", "1", "--dp", "16", "--ep"], capsys)
+    code, err = run_up(["--nodes", "2", "--gpus-per-node", "8", "--tp", "1", "--dp", "16", "--ep"])
     assert code == 0, err
     with pytest.raises(SystemExit):
         main(["up", "--head", "--dry-run", "--network", "n", "--nodes", "2", "--gpus-per-node", "8", "--tp", "1",

@@ -8,8 +8,6 @@ binary can be installed here, FIELD_NOTES §4).
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import shlex
 import subprocess
@@ -22,21 +20,10 @@ import pytest
 
 import kit.runtime
 from kit import proc
-from kit.cli import main
 from kit.runtime import apptainer_settings
 from kit.runtime.apptainer import ApptainerRuntime
 from kit.runtime.docker import DockerRuntime
-
-
-def run_kit(args: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code: int | str | None = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(args)
-        except SystemExit as exc:
-            code = exc.code
-    return int(code or 0), out.getvalue(), err.getvalue()
+from tests.conftest import run_kit
 
 
 def printed_commands(text: str) -> list[list[str]]:

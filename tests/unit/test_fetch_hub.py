@@ -24,9 +24,9 @@ from pathlib import Path
 import pytest
 
 from kit import hub as kit_hub
-from kit.cli import main
 from kit.errors import ExitCode
 from kit.fetch import check_snapshot
+from tests.conftest import run_kit
 from tests.infra.hub_server import HubRepo, HubServer, make_repo, write_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,14 +52,12 @@ def server(repos: dict[str, HubRepo]) -> Iterator[HubServer]:
 
 
 @pytest.fixture
-def hub(server: HubServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> HubServer:
+def hub(server: HubServer, monkeypatch: pytest.MonkeyPatch, kit_env: Path) -> HubServer:
     for name in list(os.environ):
-        if name.startswith(("KIT_", "HF_", "HUGGING_FACE")):
+        if name.startswith(("HF_", "HUGGING_FACE")):
             monkeypatch.delenv(name)
     monkeypatch.setenv("HF_ENDPOINT", server.url)
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-    monkeypatch.setenv("KIT_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HOME", str(kit_env / "hf-home"))
     # huggingface_hub reads its telemetry switch at import; kit.hub sets it before importing, but
     # another test may have imported huggingface_hub first: never let a test call huggingface.co.
     import huggingface_hub.constants
@@ -68,13 +66,6 @@ def hub(server: HubServer, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> H
     server.reset_counters()
     server.truncate.clear()
     return server
-
-
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-    out, err = capsys.readouterr()
-    return int(exc.value.code or 0), out, err
 
 
 def cache(tmp_path: Path) -> Path:
@@ -109,9 +100,9 @@ SHARD_NAMES = [f"model-{i:05d}-of-00003.safetensors" for i in (1, 2, 3)]
 
 
 def test_fetch_into_the_hf_cache_layout_and_record_the_revision(
-    hub: HubServer, repos: dict[str, HubRepo], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    hub: HubServer, repos: dict[str, HubRepo], tmp_path: Path
 ) -> None:
-    rc, out, err = run(fetch_args(tmp_path, "kit/tiny", "--json"), capsys)
+    rc, out, err = run_kit(fetch_args(tmp_path, "kit/tiny", "--json"))
     assert rc == 0, err
     assert "kit/tiny [" not in err  # --json: no progress lines (err may hold other modules' server noise)
     result = json.loads(out)["result"]
@@ -144,15 +135,15 @@ def test_fetch_into_the_hf_cache_layout_and_record_the_revision(
     )
     # a second fetch moves no shard bytes and says so
     hub.reset_counters()
-    rc, out, err = run(fetch_args(tmp_path, "kit/tiny"), capsys)
+    rc, out, err = run_kit(fetch_args(tmp_path, "kit/tiny"))
     assert rc == 0 and "nothing to fetch" in out and "complete: 9 files" in out
     assert set(hub.served) == {"model.safetensors.index.json"}  # read to plan the shards
 
 
 def test_dry_run_lists_files_and_sizes_and_writes_nothing(
-    hub: HubServer, repos: dict[str, HubRepo], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    hub: HubServer, repos: dict[str, HubRepo], tmp_path: Path
 ) -> None:
-    rc, out, _ = run(fetch_args(tmp_path, "kit/tiny", "--dry-run"), capsys)
+    rc, out, _ = run_kit(fetch_args(tmp_path, "kit/tiny", "--dry-run"))
     assert rc == 0
     assert "(dry run: nothing downloaded)" in out
     for name, size in zip(SHARD_NAMES, SHARDS, strict=True):
@@ -161,48 +152,46 @@ def test_dry_run_lists_files_and_sizes_and_writes_nothing(
     assert "left on the Hub: 5 files" in out
     assert not cache(tmp_path).exists() and not (tmp_path / "state").exists()
     assert set(hub.served) == {"model.safetensors.index.json"}
-    rc, out, _ = run(fetch_args(tmp_path, "kit/tiny", "--dry-run", "--json"), capsys)
+    rc, out, _ = run_kit(fetch_args(tmp_path, "kit/tiny", "--dry-run", "--json"))
     files = {f["path"]: f for f in json.loads(out)["result"]["files"]}
     assert files[SHARD_NAMES[0]]["size"] == repos["tiny"].files[SHARD_NAMES[0]].size
 
 
 def test_progress_is_an_updating_line_on_a_terminal_and_plain_lines_otherwise(
-    hub: HubServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    hub: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # (kit's output starts at its first line: another module's server thread may print before it)
-    rc, _, err = run(fetch_args(tmp_path, "kit/tiny"), capsys)
+    rc, _, err = run_kit(fetch_args(tmp_path, "kit/tiny"))
     ours = err[err.index("kit/tiny [") :]
     assert rc == 0 and "\r" not in ours and ours.endswith("files\n")
     monkeypatch.setattr("kit.output.is_tty", lambda: True)
-    rc, _, err = run(fetch_args(tmp_path, "kit/tiny", "--local-dir", str(tmp_path / "d")), capsys)
+    rc, _, err = run_kit(fetch_args(tmp_path, "kit/tiny", "--local-dir", str(tmp_path / "d")))
     ours = err[err.index("\rkit/tiny [") :]
     assert rc == 0 and "\n" not in ours and ours.endswith("\r")  # one line, rewritten, then cleared
 
 
 def test_local_dir_gets_plain_files_and_a_manifest_the_check_reads(
-    hub: HubServer, repos: dict[str, HubRepo], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    hub: HubServer, repos: dict[str, HubRepo], tmp_path: Path
 ) -> None:
     target = tmp_path / "model"
-    rc, _, err = run(fetch_args(tmp_path, "kit/tiny", "--local-dir", str(target)), capsys)
+    rc, _, err = run_kit(fetch_args(tmp_path, "kit/tiny", "--local-dir", str(target)))
     assert rc == 0, err
     for name in SHARD_NAMES:
         assert not (target / name).is_symlink() and sha256(target / name) == repos["tiny"].files[name].sha256
     assert json.loads((target / ".cache" / "kit" / "manifest.json").read_text())["sha"] == repos["tiny"].sha
     assert not cache(tmp_path).exists()
-    rc, out, _ = run(fetch_args(tmp_path, "kit/tiny", "--check", "--local-dir", str(target)), capsys)
+    rc, out, _ = run_kit(fetch_args(tmp_path, "kit/tiny", "--check", "--local-dir", str(target)))
     assert rc == 0 and "complete: 9 files" in out
     (target / SHARD_NAMES[2]).unlink()
-    rc, _, err = run(fetch_args(tmp_path, "kit/tiny", "--check", "--local-dir", str(target)), capsys)
+    rc, _, err = run_kit(fetch_args(tmp_path, "kit/tiny", "--check", "--local-dir", str(target)))
     assert rc == ExitCode.VERIFY and f"1 missing ({SHARD_NAMES[2]})" in error_line(err)
 
 
-def test_kit_reuses_a_snapshot_huggingface_hub_downloaded(
-    hub: HubServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_kit_reuses_a_snapshot_huggingface_hub_downloaded(hub: HubServer, tmp_path: Path) -> None:
     from huggingface_hub import snapshot_download
 
     snapshot_download("kit/tiny", cache_dir=cache(tmp_path) / "hub", endpoint=hub.url, token=False)
-    rc, out, err = run(fetch_args(tmp_path, "kit/tiny", "--json"), capsys)
+    rc, out, err = run_kit(fetch_args(tmp_path, "kit/tiny", "--json"))
     assert rc == 0, err
     assert json.loads(out)["result"]["fetched_bytes"] == 0
 
@@ -230,7 +219,7 @@ def wait_for_size(path: Path, at_least: int, proc: subprocess.Popen[str], timeou
 
 
 def test_ctrl_c_then_kill_then_resume_downloads_only_the_rest(
-    hub: HubServer, repos: dict[str, HubRepo], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    hub: HubServer, repos: dict[str, HubRepo], tmp_path: Path
 ) -> None:
     repo = repos["slow"]
     big = repo.files["model-00001-of-00002.safetensors"]
@@ -261,11 +250,11 @@ def test_ctrl_c_then_kill_then_resume_downloads_only_the_rest(
         snap = repo_dir(tmp_path, "slow") / "snapshots" / repo.sha
         assert not (snap / big.path).exists() and not (repo_dir(tmp_path, "slow") / "refs" / "main").exists()
         assert check_snapshot(snap).missing == (big.path,)
-        rc, _, err = run(fetch_args(tmp_path, "kit/slow", "--check"), capsys)
+        rc, _, err = run_kit(fetch_args(tmp_path, "kit/slow", "--check"))
         assert rc == ExitCode.VERIFY and f"1 missing ({big.path})" in error_line(err)
         # the third run fetches exactly the rest of the shard
         hub.reset_counters()
-        rc, _, err = run(fetch_args(tmp_path, "kit/slow"), capsys)
+        rc, _, err = run_kit(fetch_args(tmp_path, "kit/slow"))
         assert rc == 0, err
     finally:
         hub.throttle_bps = None
@@ -279,11 +268,11 @@ def test_ctrl_c_then_kill_then_resume_downloads_only_the_rest(
 
 
 def test_gated_model_without_token_is_one_line_and_writes_nothing(
-    hub: HubServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    hub: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HF_TOKEN", TOKEN)  # a valid token in the environment is not kit's token
     monkeypatch.setenv("HUGGING_FACE_HUB_TOKEN", TOKEN)
-    rc, out, err = run(fetch_args(tmp_path, "kit/gated"), capsys)
+    rc, out, err = run_kit(fetch_args(tmp_path, "kit/gated"))
     assert rc == ExitCode.CONFIG and out == ""
     line = error_line(err)
     assert "kit/gated is gated or private and kit sent no token (401)" in line and "set hf_token_file" in line
@@ -293,22 +282,22 @@ def test_gated_model_without_token_is_one_line_and_writes_nothing(
 
 
 def test_token_comes_only_from_hf_token_file_and_never_reaches_the_cdn(
-    hub: HubServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    hub: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
     monkeypatch.setenv("HF_TOKEN", LEAK)
-    rc, _, err = run([*fetch_args(tmp_path, "kit/gated"), "--set", f"hf_token_file={token_file}"], capsys)
+    rc, _, err = run_kit([*fetch_args(tmp_path, "kit/gated"), "--set", f"hf_token_file={token_file}"])
     assert rc == 0, err
     sent = {r.authorization for r in hub.requests if not r.path.startswith("/cdn/")}
     assert sent == {f"Bearer {TOKEN}"}
     assert {r.authorization for r in hub.requests if r.path.startswith("/cdn/")} == {None}
     assert TOKEN not in err and LEAK not in err
     token_file.write_text("hf_wrong\n")
-    rc, _, err = run([*fetch_args(tmp_path, "kit/gated"), "--set", f"hf_token_file={token_file}"], capsys)
+    rc, _, err = run_kit([*fetch_args(tmp_path, "kit/gated"), "--set", f"hf_token_file={token_file}"])
     assert rc == ExitCode.CONFIG and "refused the token from hf_token_file for kit/gated (403)" in error_line(err)
     token_file.write_text("two words\n")
-    rc, _, err = run([*fetch_args(tmp_path, "kit/gated"), "--set", f"hf_token_file={token_file}"], capsys)
+    rc, _, err = run_kit([*fetch_args(tmp_path, "kit/gated"), "--set", f"hf_token_file={token_file}"])
     assert rc == ExitCode.CONFIG and "hf_token_file: does not hold one token" in error_line(err)
 
 
@@ -335,32 +324,32 @@ def test_offline_mode_in_the_environment_is_named(hub: HubServer, tmp_path: Path
 
 
 def test_unknown_model_revision_and_unreachable_hub(
-    hub: HubServer, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    hub: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rc, _, err = run(fetch_args(tmp_path, "kit/nope"), capsys)
+    rc, _, err = run_kit(fetch_args(tmp_path, "kit/nope"))
     assert rc == ExitCode.CONFIG and f"model kit/nope not found on {hub.url}" in error_line(err)
-    rc, _, err = run(fetch_args(tmp_path, "kit/tiny", "--revision", "v9"), capsys)
+    rc, _, err = run_kit(fetch_args(tmp_path, "kit/tiny", "--revision", "v9"))
     assert rc == ExitCode.CONFIG and "kit/tiny has no revision 'v9'" in error_line(err)
-    rc, _, err = run(fetch_args(tmp_path, "../etc"), capsys)
+    rc, _, err = run_kit(fetch_args(tmp_path, "../etc"))
     assert rc == ExitCode.CONFIG and "is not a Hub model id" in error_line(err)
     monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
-    rc, _, err = run(fetch_args(tmp_path, "kit/tiny"), capsys)
+    rc, _, err = run_kit(fetch_args(tmp_path, "kit/tiny"))
     assert rc == ExitCode.SERVER and "cannot reach http://127.0.0.1:9" in error_line(err)
     assert not cache(tmp_path).exists()
 
 
 def test_truncated_shard_on_disk_is_caught_and_refetched(
-    hub: HubServer, repos: dict[str, HubRepo], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    hub: HubServer, repos: dict[str, HubRepo], tmp_path: Path
 ) -> None:
-    assert run(fetch_args(tmp_path, "kit/tiny"), capsys)[0] == 0
+    assert run_kit(fetch_args(tmp_path, "kit/tiny"))[0] == 0
     snap = repo_dir(tmp_path, "tiny") / "snapshots" / repos["tiny"].sha
     os.truncate((snap / SHARD_NAMES[1]).resolve(), 1000)
-    rc, _, err = run(fetch_args(tmp_path, "kit/tiny", "--check"), capsys)
+    rc, _, err = run_kit(fetch_args(tmp_path, "kit/tiny", "--check"))
     assert rc == ExitCode.VERIFY
     assert f"1 of the wrong size ({SHARD_NAMES[1]}: 1000 of {SHARDS[1] + 128} bytes)" in error_line(err)
     assert f"  | wrong size: {SHARD_NAMES[1]} is 1000 bytes" in err
     hub.reset_counters()
-    rc, _, err = run(fetch_args(tmp_path, "kit/tiny"), capsys)
+    rc, _, err = run_kit(fetch_args(tmp_path, "kit/tiny"))
     assert rc == 0, err
     assert dict(hub.served) == {"model.safetensors.index.json": hub.served["model.safetensors.index.json"],
                                 SHARD_NAMES[1]: SHARDS[1] + 128}  # fmt: skip
@@ -368,12 +357,12 @@ def test_truncated_shard_on_disk_is_caught_and_refetched(
 
 
 def test_shard_cut_short_by_the_server_fails_and_is_not_complete(
-    hub: HubServer, repos: dict[str, HubRepo], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    hub: HubServer, repos: dict[str, HubRepo], tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     monkeypatch.setattr(kit_hub, "_RETRY_WAIT", 0.0)
     hub.truncate[SHARD_NAMES[0]] = 1 << 20
-    rc, _, err = run(fetch_args(tmp_path, "kit/tiny"), capsys)
+    rc, _, err = run_kit(fetch_args(tmp_path, "kit/tiny"))
     assert rc == ExitCode.SERVER
     assert f"downloading {SHARD_NAMES[0]} from {hub.url} failed 5 times" in error_line(err)
     snap = repo_dir(tmp_path, "tiny") / "snapshots" / repos["tiny"].sha
@@ -385,12 +374,12 @@ def test_shard_cut_short_by_the_server_fails_and_is_not_complete(
 
 
 def test_no_space_before_and_during_the_download(
-    hub: HubServer, repos: dict[str, HubRepo], tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    hub: HubServer, repos: dict[str, HubRepo], tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     with monkeypatch.context() as patch:
         patch.setattr("kit.commands.fetch.free_bytes", lambda path: 4096)
-        rc, _, err = run(fetch_args(tmp_path, "kit/tiny"), capsys)
+        rc, _, err = run_kit(fetch_args(tmp_path, "kit/tiny"))
     assert rc == ExitCode.CONFIG and "needs 6.3 MB more" in error_line(err) and "4.1 kB free" in err
     assert not cache(tmp_path).exists()
     # ENOSPC from the kernel: the biggest shard's partial file is /dev/full
@@ -398,10 +387,10 @@ def test_no_space_before_and_during_the_download(
     blobs = repo_dir(tmp_path, "tiny") / "blobs"
     blobs.mkdir(parents=True)
     (blobs / f"{shard.sha256}.incomplete").symlink_to("/dev/full")
-    rc, _, err = run(fetch_args(tmp_path, "kit/tiny"), capsys)
+    rc, _, err = run_kit(fetch_args(tmp_path, "kit/tiny"))
     assert rc == ExitCode.CONFIG and f"no space left on {blobs}, writing {SHARD_NAMES[0]}" in error_line(err)
     assert not (repo_dir(tmp_path, "tiny") / "refs" / "main").exists()
     (blobs / f"{shard.sha256}.incomplete").unlink()
     hub.reset_counters()
-    assert run(fetch_args(tmp_path, "kit/tiny"), capsys)[0] == 0
+    assert run_kit(fetch_args(tmp_path, "kit/tiny"))[0] == 0
     assert hub.served[SHARD_NAMES[0]] == shard.size

@@ -20,7 +20,7 @@ from kit.plan.facts import HEAD, NodeNet, Role
 from kit.plan.forms import to_apptainer_start_argv, to_docker_argv
 from kit.plan.node import plan_node
 from kit.plan.scripts import serve_script
-from tests.unit.test_plan import make_config
+from tests.conftest import make_config
 
 HOSTILE = [
     "org/model with spaces",

@@ -8,7 +8,7 @@ import pytest
 
 from kit.verify.nccl import Transport, classify_via, parse_log, summarize_lines
 
-SHARED = Path(__file__).parents[2].parent / "shared" / "fixtures" / "nccl"
+RECORDED_NCCL = Path(__file__).parents[1] / "fixtures" / "recorded" / "nccl"  # see its README.md
 RECORDED = Path(__file__).parents[1] / "fixtures" / "verify"
 
 
@@ -21,10 +21,8 @@ RECORDED = Path(__file__).parents[1] / "fixtures" / "verify"
         ("h200x2_socket.log", "socket", "NET/Socket/0"),
     ],
 )
-def test_shared_fixtures(name: str, transport: str, via: str) -> None:
-    path = SHARED / name
-    if not path.exists():
-        pytest.skip("../shared/fixtures not checked out beside the repo")
+def test_recorded_h200_logs(name: str, transport: str, via: str) -> None:
+    path = RECORDED_NCCL / name
     s = summarize_lines(path.read_text().splitlines())
     assert list(s.intra) == [transport]
     assert s.inter == {}  # one host: even NET/Socket between its GPUs is intra-node

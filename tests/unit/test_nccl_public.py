@@ -24,7 +24,7 @@ from kit.verify.nccl import summarize_lines
 
 PUBLIC = Path(__file__).parents[1] / "fixtures" / "nccl_public"
 RECORDED = Path(__file__).parents[1] / "fixtures" / "verify"
-SHARED = Path(__file__).parents[2].parent / "shared" / "fixtures" / "nccl"
+RECORDED_NCCL = Path(__file__).parents[1] / "fixtures" / "recorded" / "nccl"  # see its README.md
 
 # file -> (cross-node transports, intra-node transports, NCCL version)
 EXPECTED: dict[str, tuple[list[str], list[str], str | None]] = {
@@ -57,10 +57,10 @@ EXPECTED: dict[str, tuple[list[str], list[str], str | None]] = {
 
 # Our own 2x H200 runs (one host; NCCL_P2P_DISABLE / NCCL_SHM_DISABLE forced the others).
 H200: dict[Path, tuple[list[str], list[str], str | None]] = {
-    SHARED / "h200x2_p2p_cumem.log": ([], ["P2P/CUMEM"], "2.28.9"),
-    SHARED / "h200x2_p2p_ipc.log": ([], ["P2P/IPC"], "2.28.9"),
-    SHARED / "h200x2_shm.log": ([], ["SHM"], "2.28.9"),
-    SHARED / "h200x2_socket.log": ([], ["NET/Socket"], "2.28.9"),
+    RECORDED_NCCL / "h200x2_p2p_cumem.log": ([], ["P2P/CUMEM"], "2.28.9"),
+    RECORDED_NCCL / "h200x2_p2p_ipc.log": ([], ["P2P/IPC"], "2.28.9"),
+    RECORDED_NCCL / "h200x2_shm.log": ([], ["SHM"], "2.28.9"),
+    RECORDED_NCCL / "h200x2_socket.log": ([], ["NET/Socket"], "2.28.9"),
     RECORDED / "h200x2_collective_p2p.log": ([], ["P2P/CUMEM"], "2.28.9"),
     RECORDED / "h200x2_collective_shm.log": ([], ["SHM"], "2.28.9"),
     RECORDED / "h200x2_collective_socket.log": ([], ["NET/Socket"], "2.28.9"),
@@ -95,8 +95,6 @@ def test_public_log(name: str) -> None:
 
 @pytest.mark.parametrize("path", sorted(H200), ids=lambda p: p.name)
 def test_h200_logs(path: Path) -> None:
-    if not path.exists():
-        pytest.skip("../shared/fixtures not checked out beside the repo")
     assert three_fields(diagnose_json(path)[str(path)]) == H200[path]
 
 

@@ -10,37 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from kit.config import KitConfig, load_config
 from kit.plan.facts import NodeNet, Role
 from kit.plan.forms import to_apptainer_exec_argv, to_apptainer_start_argv, to_docker_argv, to_docker_kwargs
 from kit.plan.node import plan_node
 from kit.plan.scripts import serve_script
 from kit.plan.vllm import vllm_serve_argv
-from tests.conftest import shellcheck_bin
+from tests.conftest import make_config, shellcheck_bin
 
 HEAD = Role("head", 0)
 WORKER = Role("worker", 1)
 NETS = {"head": NodeNet("10.0.0.1", "ib0", "10.0.0.1"), "worker": NodeNet("10.0.0.2", "ib0", "10.0.0.1")}
-
-
-def make_config(**overrides: object) -> KitConfig:
-    base: dict[str, object] = {
-        "cluster": "llama",
-        "image": "vllm/vllm-openai:v0.11.0",
-        "nodes": 2,
-        "gpus_per_node": 8,
-        "model.id": "meta-llama/Llama-3.1-70B-Instruct",
-        "model.served_name": "llama-70b",
-        "model.max_model_len": 32768,
-        "model.extra_args": ["--gpu-memory-utilization", "0.95"],
-        "hf_cache": "/data/hf",
-        "hf_token_file": "/etc/kit/hf_token",
-        "api_key_file": "/etc/kit/api_key",
-        "infiniband": "on",
-        "env": {"NCCL_IB_HCA": "mlx5"},
-    }
-    base.update(overrides)
-    return load_config(environ={}, cwd=Path("/nonexistent"), overrides={k: (v, "test") for k, v in base.items()}).config
 
 
 def fmt_argv(argv: list[str]) -> str:

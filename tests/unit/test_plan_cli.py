@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kit.cli import cli, main
+from kit.cli import cli
 from kit.errors import ExitCode
+from tests.conftest import run_kit
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
 QWEN397 = str(MODELS / "qwen3.5-397b-a17b-gptq-int4")
@@ -28,13 +29,6 @@ def run(*args: str) -> tuple[int, str]:
     if result.exception and not isinstance(result.exception, SystemExit):
         raise result.exception
     return result.exit_code, result.output
-
-
-def exit_code(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(["plan", *args])
-    out, err = capsys.readouterr()
-    return int(exc.value.code or 0), out, err
 
 
 def test_guide_scenario_text_shows_inputs_then_recommendation() -> None:
@@ -111,8 +105,8 @@ def test_help_teaches_with_an_example() -> None:
     assert "A100-40GB" in out and "2 GiB per GPU" in out
 
 
-def test_exit_ok_through_main(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = exit_code(capsys, *GUIDE)
+def test_exit_ok_through_main() -> None:
+    code, out, _ = run_kit(["plan", *GUIDE])
     assert code == ExitCode.OK and "nodes 2" in out
 
 
@@ -142,7 +136,6 @@ def test_exit_ok_through_main(capsys: pytest.CaptureFixture[str]) -> None:
     ],
 )
 def test_refusals_exit_with_config_code(
-    capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
     args: list[str],
@@ -150,20 +143,20 @@ def test_refusals_exit_with_config_code(
 ) -> None:
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     monkeypatch.delenv("HF_HUB_CACHE", raising=False)
-    code, _, err = exit_code(capsys, *args)
+    code, _, err = run_kit(["plan", *args])
     assert code == ExitCode.CONFIG
     line = err.strip().splitlines()[0]
     assert line.startswith("kit: error: ") and fragment in line and "(fix: " in line
 
 
-def test_refusal_as_json(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = exit_code(capsys, QWEN397, "--gpu", "TPU-v5", "--json")
+def test_refusal_as_json() -> None:
+    code, out, _ = run_kit(["plan", QWEN397, "--gpu", "TPU-v5", "--json"])
     assert code == ExitCode.CONFIG
     assert json.loads(out)["error"]["type"] == "ConfigError"
 
 
-def test_gpu_and_gpu_memory_together_is_usage(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = exit_code(capsys, QWEN397, "--gpu", "H200", "--gpu-memory", "40GiB")
+def test_gpu_and_gpu_memory_together_is_usage() -> None:
+    code, _, err = run_kit(["plan", QWEN397, "--gpu", "H200", "--gpu-memory", "40GiB"])
     assert code == ExitCode.USAGE and "not both" in err
 
 
@@ -219,12 +212,10 @@ def one_error_line(err: str) -> str:
 
 
 @pytest.mark.parametrize("name", list(HOSTILE_CONFIGS))
-def test_hostile_config_json_is_one_line_naming_file_and_key(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, name: str
-) -> None:
+def test_hostile_config_json_is_one_line_naming_file_and_key(tmp_path: Path, name: str) -> None:
     content, fragment = HOSTILE_CONFIGS[name]
     (tmp_path / "config.json").write_bytes(content if isinstance(content, bytes) else content.encode())
-    code, out, err = exit_code(capsys, str(tmp_path), "--gpu", "H100-80GB")
+    code, out, err = run_kit(["plan", str(tmp_path), "--gpu", "H100-80GB"])
     assert code == ExitCode.CONFIG and out == ""
     line = one_error_line(err)
     assert str(tmp_path / "config.json") in line and fragment in line
@@ -248,10 +239,8 @@ def test_hostile_config_json_is_one_line_naming_file_and_key(
         (["--gpu", ""], ExitCode.CONFIG, "--gpu: is empty"),
     ],
 )
-def test_bad_flags_are_one_line_with_the_flag(
-    capsys: pytest.CaptureFixture[str], args: list[str], code: ExitCode, fragment: str
-) -> None:
-    got, out, err = exit_code(capsys, str(MODELS / "qwen2.5-7b"), *args)
+def test_bad_flags_are_one_line_with_the_flag(args: list[str], code: ExitCode, fragment: str) -> None:
+    got, out, err = run_kit(["plan", str(MODELS / "qwen2.5-7b"), *args])
     assert got == code and out == ""
     assert fragment in one_error_line(err)
 
@@ -259,8 +248,8 @@ def test_bad_flags_are_one_line_with_the_flag(
 @pytest.mark.parametrize(
     ("model", "fragment"), [("a" * 100_000, "MODEL: is 100000 characters long"), ("x\ny", "MODEL: contains a newline")]
 )
-def test_bad_model_argument_is_refused(capsys: pytest.CaptureFixture[str], model: str, fragment: str) -> None:
-    code, _, err = exit_code(capsys, model)
+def test_bad_model_argument_is_refused(model: str, fragment: str) -> None:
+    code, _, err = run_kit(["plan", model])
     assert code == ExitCode.CONFIG and fragment in one_error_line(err)
 
 
@@ -294,9 +283,7 @@ def test_special_files_are_refused_without_reading_them(tmp_path: Path) -> None:
         assert model in line and fragment in line
 
 
-def test_deepest_allowed_model_that_fits_nowhere_is_refused_in_bounded_time(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_deepest_allowed_model_that_fits_nowhere_is_refused_in_bounded_time(tmp_path: Path) -> None:
     """1,024 layers (the bound) of a 70B-wide layer on 3 GiB GPUs: every node count up to one
     stage per layer is tried and the refusal names the last (recommend's search is quadratic
     in layers; the bound keeps it to seconds, the deadline of _plan_subprocess catches a regress)."""
@@ -369,11 +356,9 @@ def hub(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeHub]:
     fake.server.server_close()
 
 
-def test_fetch_gated_model_without_hf_token_file_says_how_to_fix(
-    capsys: pytest.CaptureFixture[str], hub: FakeHub
-) -> None:
+def test_fetch_gated_model_without_hf_token_file_says_how_to_fix(hub: FakeHub) -> None:
     hub.serve("org/gated", gated=True)
-    code, out, err = exit_code(capsys, "org/gated", "--fetch")
+    code, out, err = run_kit(["plan", "org/gated", "--fetch"])
     assert code == ExitCode.CONFIG and out == ""
     line = one_error_line(err)
     assert "org/gated is gated or private" in line and "set hf_token_file" in line
@@ -382,7 +367,7 @@ def test_fetch_gated_model_without_hf_token_file_says_how_to_fix(
 
 @pytest.mark.parametrize("how", ["--set", "kit.yaml", "KIT_HF_TOKEN_FILE"])
 def test_fetch_sends_the_token_of_hf_token_file_as_bearer(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, hub: FakeHub, tmp_path: Path, how: str
+    monkeypatch: pytest.MonkeyPatch, hub: FakeHub, tmp_path: Path, how: str
 ) -> None:
     token_file = tmp_path / "hf_token"
     token_file.write_text(TOKEN + "\n")
@@ -394,26 +379,24 @@ def test_fetch_sends_the_token_of_hf_token_file_as_bearer(
         (tmp_path / "kit.yaml").write_text(f"hf_token_file: {token_file}\n")
     else:
         monkeypatch.setenv("KIT_HF_TOKEN_FILE", str(token_file))
-    code, out, err = exit_code(capsys, *args)
+    code, out, err = run_kit(["plan", *args])
     assert code == ExitCode.OK, err
     assert json.loads(out)["result"]["architecture"]["model_type"] == "qwen2"
     assert hub.auth[0] == f"Bearer {TOKEN}"
     assert TOKEN not in out + err
 
 
-def test_fetch_public_model_sends_no_token_without_hf_token_file(
-    capsys: pytest.CaptureFixture[str], hub: FakeHub
-) -> None:
+def test_fetch_public_model_sends_no_token_without_hf_token_file(hub: FakeHub) -> None:
     hub.serve("org/public")
-    code, out, _ = exit_code(capsys, "org/public", "--fetch")
+    code, out, _ = run_kit(["plan", "org/public", "--fetch"])
     assert code == ExitCode.OK and "kit plan: org/public (qwen2)" in out
     assert hub.auth and set(hub.auth) == {None}
 
 
-def test_fetch_refused_token_is_not_echoed(capsys: pytest.CaptureFixture[str], hub: FakeHub, tmp_path: Path) -> None:
+def test_fetch_refused_token_is_not_echoed(hub: FakeHub, tmp_path: Path) -> None:
     (tmp_path / "hf_token").write_text("hf_wrong_secret\n")
     hub.serve("org/gated", gated=True)
-    code, out, err = exit_code(capsys, "org/gated", "--fetch", "--set", f"hf_token_file={tmp_path / 'hf_token'}")
+    code, out, err = run_kit(["plan", "org/gated", "--fetch", "--set", f"hf_token_file={tmp_path / 'hf_token'}"])
     assert code == ExitCode.CONFIG
     line = one_error_line(err)
     assert "the Hub refused the token in hf_token_file" in line
@@ -430,11 +413,11 @@ def test_fetch_refused_token_is_not_echoed(capsys: pytest.CaptureFixture[str], h
     ],
 )
 def test_unusable_token_file_is_refused_before_any_request(
-    capsys: pytest.CaptureFixture[str], hub: FakeHub, tmp_path: Path, content: bytes, fragment: str
+    hub: FakeHub, tmp_path: Path, content: bytes, fragment: str
 ) -> None:
     (tmp_path / "hf_token").write_bytes(content)
     hub.serve("org/gated", gated=True)
-    code, _, err = exit_code(capsys, "org/gated", "--fetch", "--set", f"hf_token_file={tmp_path / 'hf_token'}")
+    code, _, err = run_kit(["plan", "org/gated", "--fetch", "--set", f"hf_token_file={tmp_path / 'hf_token'}"])
     assert code == ExitCode.CONFIG and fragment in one_error_line(err)
     assert hub.auth == []
 
@@ -448,17 +431,15 @@ def test_unusable_token_file_is_refused_before_any_request(
         (json.dumps({**BASE, "num_hidden_layers": 10**12}).encode(), "num_hidden_layers: 1000000000000 is outside"),
     ],
 )
-def test_fetched_config_is_read_as_carefully_as_a_local_one(
-    capsys: pytest.CaptureFixture[str], hub: FakeHub, body: bytes, fragment: str
-) -> None:
+def test_fetched_config_is_read_as_carefully_as_a_local_one(hub: FakeHub, body: bytes, fragment: str) -> None:
     hub.serve("org/odd", body)
-    code, _, err = exit_code(capsys, "org/odd", "--fetch")
+    code, _, err = run_kit(["plan", "org/odd", "--fetch"])
     assert code == ExitCode.CONFIG and fragment in one_error_line(err)
 
 
-def test_fetch_unknown_model_and_bad_ids(capsys: pytest.CaptureFixture[str], hub: FakeHub) -> None:
-    code, _, err = exit_code(capsys, "org/absent", "--fetch")
+def test_fetch_unknown_model_and_bad_ids(hub: FakeHub) -> None:
+    code, _, err = run_kit(["plan", "org/absent", "--fetch"])
     assert code == ExitCode.CONFIG and "answered 404" in one_error_line(err)
-    code, _, err = exit_code(capsys, "org/a?b=c", "--fetch")
+    code, _, err = run_kit(["plan", "org/a?b=c", "--fetch"])
     assert code == ExitCode.CONFIG and "is not a Hub model id" in one_error_line(err)
     assert hub.auth == [None]  # only the first reached the hub

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,7 +17,6 @@ import pytest
 
 import kit.runtime
 from kit import resources, state
-from kit.cli import main
 from kit.errors import ExitCode, ImageError, ImageRefError, UsageError
 from kit.images import (
     PullProgress,
@@ -35,24 +33,10 @@ from kit.runtime import apptainer_settings
 from kit.runtime.apptainer import ApptainerRuntime
 from kit.runtime.base import BuildPlan, BuildResult, ImageFile, Progress, PullPlan, PullResult
 from kit.runtime.docker import DockerRuntime
+from tests.conftest import run_kit
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    for name in list(os.environ):
-        if name.startswith("KIT_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("KIT_STATE_DIR", str(tmp_path / "state"))
-    monkeypatch.chdir(tmp_path)
-
-
-def run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    with pytest.raises(SystemExit) as exc:
-        main(args)
-    out, err = capsys.readouterr()
-    return int(exc.value.code or 0), out, err
+# No KIT_* variable from the caller's shell; the working directory and KIT_STATE_DIR in tmp_path.
+pytestmark = pytest.mark.usefixtures("kit_env")
 
 
 # ---- refs ---------------------------------------------------------------------------------
@@ -342,12 +326,10 @@ LAYER_EVENTS = [
 ]
 
 
-def test_pull_records_and_prints_the_digest(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_pull_records_and_prints_the_digest(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     fake = FakeEngine(LAYER_EVENTS)
     use_engine(monkeypatch, fake)
-    code, out, err = run(["pull", "reg:5000/kit/base:test"], capsys)
+    code, out, err = run_kit(["pull", "reg:5000/kit/base:test"])
     assert code == 0, err
     assert fake.pulled == [("reg:5000/kit/base", "test")]
     assert "reg:5000/kit/base@sha256:good" in out
@@ -356,32 +338,28 @@ def test_pull_records_and_prints_the_digest(
     assert record is not None and record["digest"] == "reg:5000/kit/base@sha256:good"
     assert record["image_id"] == "sha256:img" and record["runtime"] == "docker"
 
-    code, out, err = run(["pull", "reg:5000/kit/base:test", "--json"], capsys)
+    code, out, err = run_kit(["pull", "reg:5000/kit/base:test", "--json"])
     assert code == 0 and err == ""
     result = json.loads(out)["result"]
     assert result["digest"] == "reg:5000/kit/base@sha256:good" and result["image_id"] == "sha256:img"
     assert set(result) == {"ref", "digest", "image_id", "runtime", "seconds", "record"}
 
 
-def test_pull_defaults_to_the_configs_image(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_pull_defaults_to_the_configs_image(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeEngine([])
     use_engine(monkeypatch, fake)
     monkeypatch.setenv("KIT_IMAGE", "vllm/vllm-openai:v0.32.0")
-    code, _, err = run(["pull", "--json"], capsys)
+    code, _, err = run_kit(["pull", "--json"])
     assert code == 0, err
     assert fake.pulled == [("vllm/vllm-openai", "v0.32.0")]
 
 
-def test_failed_pull_is_exit_5_and_removes_a_half_tag(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_failed_pull_is_exit_5_and_removes_a_half_tag(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeEngine(
         LAYER_EVENTS[:3], fail_with="dial tcp 127.0.0.1:5000: connect: connection refused", leave_tag=True
     )
     use_engine(monkeypatch, fake)
-    code, out, err = run(["pull", "127.0.0.1:5000/kit/base:test"], capsys)
+    code, out, err = run_kit(["pull", "127.0.0.1:5000/kit/base:test"])
     assert code == ExitCode.IMAGE
     assert out == ""
     errors = [ln for ln in err.splitlines() if ln.startswith("kit: error:")]
@@ -393,29 +371,25 @@ def test_failed_pull_is_exit_5_and_removes_a_half_tag(
     assert state.recorded_image("127.0.0.1:5000/kit/base:test") is None
 
 
-def test_failed_pull_keeps_a_tag_that_existed_before(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_failed_pull_keeps_a_tag_that_existed_before(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeEngine([], fail_with="manifest unknown", leave_tag=True)
     fake.local["r/x:1"] = {"id": "sha256:old", "repo_digests": []}
     use_engine(monkeypatch, fake)
-    code, out, _ = run(["pull", "r/x:1", "--json"], capsys)
+    code, out, _ = run_kit(["pull", "r/x:1", "--json"])
     assert code == ExitCode.IMAGE
     assert json.loads(out)["error"]["exit_code"] == ExitCode.IMAGE
     assert fake.removed == []
 
 
-def test_malformed_ref_is_exit_5(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run(["pull", "Not A Ref"], capsys)
+def test_malformed_ref_is_exit_5() -> None:
+    code, _, err = run_kit(["pull", "Not A Ref"])
     assert code == ExitCode.IMAGE and "malformed image reference" in err
 
 
-def test_pull_dry_run_prints_ref_runtime_and_destination(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_pull_dry_run_prints_ref_runtime_and_destination(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     fake = FakeEngine([])
     use_engine(monkeypatch, fake)
-    code, out, err = run(["pull", "reg:5000/kit/base:test", "--dry-run"], capsys)
+    code, out, err = run_kit(["pull", "reg:5000/kit/base:test", "--dry-run"])
     assert code == 0, err
     assert out.splitlines()[:4] == [
         "kit pull (dry run): would pull reg:5000/kit/base:test",
@@ -427,7 +401,7 @@ def test_pull_dry_run_prints_ref_runtime_and_destination(
 
     monkeypatch.setattr(kit.runtime, "get_image_store", lambda config: ApptainerRuntime(apptainer_settings(config)))
     args = ["pull", "--runtime", "apptainer", "r/x:1", "--set", f"apptainer.image_dir={tmp_path}/sif", "--dry-run"]
-    code, out, err = run([*args, "--json"], capsys)
+    code, out, err = run_kit([*args, "--json"])
     assert code == 0, err  # planned on a host without apptainer: nothing runs
     plan = json.loads(out)["result"]
     assert plan["runtime"] == "apptainer" and plan["destination"] == f"{tmp_path}/sif/r_x_1.sif"
@@ -457,12 +431,10 @@ def sif_record(path: str, source: str, digest: str) -> ImageFile:
     return ImageFile(path, source, digest, "label x", {}, 1, 0.1, path + ".json", "2026-01-01T00:00:00+00:00", "0")
 
 
-def test_apptainer_pull_and_build_run_the_adapters_plan(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_apptainer_pull_and_build_run_the_adapters_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = PlanningApptainer.calls = []
     monkeypatch.setattr(kit.runtime, "get_image_store", lambda config: PlanningApptainer(apptainer_settings(config)))
-    code, out, err = run(["pull", "--runtime", "apptainer", "r/x:1", "--set", "apptainer.image_dir=/sif"], capsys)
+    code, out, err = run_kit(["pull", "--runtime", "apptainer", "r/x:1", "--set", "apptainer.image_dir=/sif"])
     assert code == 0, err
     [pull] = calls
     assert isinstance(pull, PullPlan) and (pull.ref, pull.source, pull.destination) == (
@@ -473,36 +445,36 @@ def test_apptainer_pull_and_build_run_the_adapters_plan(
     assert "converting" in err and "sha256:sif" in out
     assert (state.recorded_image("r/x:1") or {}).get("path") == "/sif/r_x_1.sif"
 
-    code, out, err = run(
-        ["build", "cpu", "--runtime", "apptainer", "--from", "docker://kit/x:1", "--sif", "/s.sif"], capsys
+    code, out, err = run_kit(
+        ["build", "cpu", "--runtime", "apptainer", "--from", "docker://kit/x:1", "--sif", "/s.sif"]
     )
     assert code == 0, err
     assert (calls[1].source, calls[1].image) == ("docker://kit/x:1", "/s.sif")
     assert (state.recorded_image("/s.sif") or {}).get("digest") == "sha256:built"
 
-    code, out, err = run(["build", "cpu", "--runtime", "apptainer", "--set", "apptainer.image_dir=/sif"], capsys)
+    code, out, err = run_kit(["build", "cpu", "--runtime", "apptainer", "--set", "apptainer.image_dir=/sif"])
     assert code == 0, err
     assert calls[2].source == str(resources.container_dir("cpu") / "kit-cpu.def")
     assert calls[2].image.startswith("/sif/") and calls[2].image.endswith(".sif")
-    code, out, err = run(["build", "vllm", "--runtime", "apptainer", "--vllm-tag", "v0.31.0", "--json"], capsys)
+    code, out, err = run_kit(["build", "vllm", "--runtime", "apptainer", "--vllm-tag", "v0.31.0", "--json"])
     assert code == 0, err
     assert calls[3].source == "docker-daemon:kit/vllm:v0.31.0"
     assert json.loads(out)["result"]["digest"] == "sha256:built"
 
-    code, out, err = run(["build", "cpu", "--runtime", "apptainer", "--dry-run"], capsys)
+    code, out, err = run_kit(["build", "cpu", "--runtime", "apptainer", "--dry-run"])
     assert code == 0, err  # --dry-run runs nothing (it used to build the SIF anyway)
     assert len(calls) == 4 and "apptainer build --force" in out
 
 
-def test_docker_build_refuses_apptainer_flags(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run(["build", "cpu", "--dry-run", "--sif", "/x.sif"], capsys)
+def test_docker_build_refuses_apptainer_flags() -> None:
+    code, _, err = run_kit(["build", "cpu", "--dry-run", "--sif", "/x.sif"])
     assert code == ExitCode.USAGE and "--from and --sif are for runtime apptainer" in err
 
 
-def test_build_dry_run_prints_the_plan(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_build_dry_run_prints_the_plan(tmp_path: Path) -> None:
     ca = tmp_path / "ca.pem"
     ca.write_text(PEM)
-    code, out, err = run(["build", "cpu", "--dry-run", "--ca-bundle", str(ca), "--offline", "-t", "me/cpu:1"], capsys)
+    code, out, err = run_kit(["build", "cpu", "--dry-run", "--ca-bundle", str(ca), "--offline", "-t", "me/cpu:1"])
     assert code == 0, err
     assert "would build me/cpu:1" in out
     assert "ca/extra.crt" in out and "probe/collective.py  kit/verify/collective.py" in out
@@ -512,21 +484,21 @@ def test_build_dry_run_prints_the_plan(capsys: pytest.CaptureFixture[str], tmp_p
         "--label kit.managed=true --rm --force-rm CONTEXT"
     )
 
-    code, out, _ = run(["build", "--dry-run", "--json", "--set", "accelerator=cpu"], capsys)
+    code, out, _ = run_kit(["build", "--dry-run", "--json", "--set", "accelerator=cpu"])
     result = json.loads(out)["result"]
     assert (
         result["name"] == "cpu"
         and result["dry_run"] is True
         and result["argv"][:3] == ["DOCKER_BUILDKIT=0", "docker", "build"]
     )
-    code, out, _ = run(["build", "--dry-run", "--json"], capsys)
+    code, out, _ = run_kit(["build", "--dry-run", "--json"])
     assert json.loads(out)["result"]["name"] == "vllm"
 
 
-def test_build_with_fake_docker(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_build_with_fake_docker(monkeypatch: pytest.MonkeyPatch) -> None:
     fake = FakeEngine([])
     use_engine(monkeypatch, fake)
-    code, out, err = run(["build", "cpu", "-t", "me/cpu:1"], capsys)
+    code, out, err = run_kit(["build", "cpu", "-t", "me/cpu:1"])
     assert code == 0, err
     assert "Step 1/2 : FROM base" in err and "---> 123" not in err
     assert out.splitlines() == ["me/cpu:1", "  id: sha256:built"]
@@ -535,7 +507,7 @@ def test_build_with_fake_docker(monkeypatch: pytest.MonkeyPatch, capsys: pytest.
 
     fake = FakeEngine([], fail_with="x")
     use_engine(monkeypatch, fake)
-    code, out, err = run(["build", "cpu", "-t", "me/cpu:2"], capsys)
+    code, out, err = run_kit(["build", "cpu", "-t", "me/cpu:2"])
     assert code == ExitCode.IMAGE
     assert "kit: error: build of me/cpu:2 failed: Step 1/2 exited with code 1" in err
     assert "  | pip: no such package" in err
@@ -565,8 +537,8 @@ def test_docker_py_pull_sends_credentials_from_docker_config(monkeypatch: pytest
     assert header["username"] == "alice" and header["password"] == "s3cret"
 
 
-def test_help_mentions_credentials_and_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(["pull", "--help"], capsys)
+def test_help_mentions_credentials_and_exit_codes() -> None:
+    code, out, _ = run_kit(["pull", "--help"])
     assert code == 0
     assert "~/.docker/config.json" in out and "credential helpers" in out
 

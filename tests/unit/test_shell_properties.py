@@ -41,9 +41,8 @@ from kit.plan.facts import HEAD, NodeNet, Role
 from kit.plan.node import plan_node
 from kit.plan.scripts import serve_script
 from kit.plan.slurm import plan_launcher, sbatch_line
-from tests.conftest import shellcheck_bin
+from tests.conftest import make_config, shellcheck_bin
 from tests.unit.shellstubs import Stubs, calls, make_stubs
-from tests.unit.test_plan import make_config
 
 EXAMPLES = int(os.environ.get("KIT_PROPERTY_EXAMPLES", "8"))
 # No shrinking (each example runs several processes: shrinking a failure would take minutes; the

@@ -28,8 +28,8 @@ from kit.plan.slurm import (
     walltime_seconds,
 )
 from kit.render import shell_quote
-from tests.conftest import ROOT, shellcheck_bin
-from tests.unit.test_plan import make_config
+from tests.conftest import ROOT, make_config, shellcheck_bin
+from tests.unit.shellstubs import HOST_STUBS
 
 DEPLOY = ROOT / "deploy" / "slurm"
 VARIANTS = [(rt, be) for rt in ("apptainer", "docker") for be in ("mp", "ray")]
@@ -232,20 +232,6 @@ def test_submit_without_sbatch_is_runtime_unavailable(tmp_path: Path) -> None:
 
 # ---- the launcher run for real, with fakes for SLURM, iproute2 and the container runtime ----------
 
-FAKES = {
-    "scontrol": "echo node1\n",
-    "getent": 'echo "10.9.0.1      STREAM node1"\n',
-    "ip": r"""case "$*" in
-  *"route get"*) echo "$4 dev ib0 src 10.9.0.1 uid 0" ;;
-  *"addr show"*) echo "3: ib0    inet 10.9.0.1/16 brd 10.9.255.255 scope global ib0" ;;
-esac
-""",
-    "squeue": 'echo "1:00:00"\n',
-    "curl": "exit 0\n",
-    "hostname": "echo node1\n",
-    # srun: run the step's command once, as node 0 (the real srun runs it on every node).
-    "srun": 'while [ "${1#-}" != "$1" ]; do shift; done\nSLURM_NODEID=0 exec "$@"\n',
-}
 RECORD = f"""#!{sys.executable}
 import json, os, sys
 with open(os.environ["KIT_RECORD"], "a") as f:
@@ -279,7 +265,7 @@ def test_launcher_runs_and_hostile_values_stay_one_argument(runtime: str, hostil
     launcher.write_text(plan_launcher(cfg))  # type: ignore[arg-type]
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    for name, body in FAKES.items():
+    for name, body in HOST_STUBS.items():
         (bindir / name).write_text("#!/bin/bash\n" + body)
     for name in ("docker", "apptainer"):
         (bindir / name).write_text(RECORD)

@@ -22,8 +22,9 @@ from kit.verify import collective, policy, probe, runner
 from kit.verify.image import check_image, image_probe_argv
 from kit.verify.nccl import summarize_lines
 from kit.verify.report import VerificationFailed, junit_xml, render_text
+from tests.conftest import FakeRuntime
 
-SHARED = Path(__file__).parents[2].parent / "shared" / "fixtures"
+RECORDED_SMI = Path(__file__).parents[1] / "fixtures" / "recorded" / "nvidia-smi"  # see its README.md
 RECORDED = Path(__file__).parents[1] / "fixtures" / "verify"
 
 
@@ -41,18 +42,14 @@ def statuses(checks: Sequence[policy.Check]) -> dict[str, str]:
 
 
 def test_parse_query_gpu_real_output() -> None:
-    path = SHARED / "nvidia-smi" / "h200x2_query_gpu.csv"
-    if not path.exists():
-        pytest.skip("../shared/fixtures not checked out beside the repo")
+    path = RECORDED_SMI / "h200x2_query_gpu.csv"
     gpus = probe.parse_query_gpu(path.read_text())
     assert [g["name"] for g in gpus] == ["NVIDIA H200", "NVIDIA H200"]
     assert gpus[0]["memory_mib"] == 143771 and gpus[1]["driver"] == "580.159.04"
 
 
 def test_parse_topo_real_output_with_ansi() -> None:
-    path = SHARED / "nvidia-smi" / "h200x2_topo_m.txt"
-    if not path.exists():
-        pytest.skip("../shared/fixtures not checked out beside the repo")
+    path = RECORDED_SMI / "h200x2_topo_m.txt"
     assert probe.parse_topo(path.read_text()) == {"links": {"0-1": "NV18"}, "all_nvlink": True}
     pcie = "GPU0\t X \tPIX\t0-31\nGPU1\tPIX\t X \t0-31\n"
     assert probe.parse_topo(pcie)["all_nvlink"] is False
@@ -320,31 +317,13 @@ def test_cli_host_fail_text(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
     assert ET.parse(junit).getroot().get("failures") == "1"
 
 
-class FakeRuntime:
-    name = "fake"
+def cluster_runtime(reported_ip: Mapping[str, str] | None = None) -> FakeRuntime:
+    """Two running nodes whose probes print the recorded H200 node's facts (with the IP the probe
+    finds: reported_ip, else the planned one) and whose collective ran over NET/IB/GDRDMA."""
 
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, list[str], dict[str, str]]] = []
-        self.reported_ip: dict[str, str] = {}  # what the probe finds, if not the planned IP
-        self.nodes = [
-            NodeHandle("kit-head", "c", "head", 0, "running", ip="192.0.2.2", image_digest="sha256:d"),
-            NodeHandle("kit-w1", "c", "worker", 1, "running", ip="192.0.2.3", image_digest="sha256:d"),
-        ]
-
-    def find_nodes(self, cluster: str) -> list[NodeHandle]:
-        return self.nodes
-
-    def exec(
-        self,
-        node: NodeHandle,
-        argv: Sequence[str],
-        *,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-    ) -> ExecResult:
-        self.calls.append((node.name, list(argv), dict(env or {})))
+    def answer(node: NodeHandle, argv: list[str], env: dict[str, str]) -> ExecResult:
         if "--head-ip" in argv:
-            ip = self.reported_ip.get(node.name, node.ip)
+            ip = (reported_ip or {}).get(node.name, node.ip)
             f = facts(network__node_ip=ip, network__interfaces={"eth0": ip})
             return ExecResult(0, json.dumps(f), "")
         host = "a" if node.rank == 0 else "b"
@@ -370,9 +349,15 @@ class FakeRuntime:
         }
         return ExecResult(0, json.dumps(out), "")
 
+    return FakeRuntime(
+        NodeHandle("kit-head", "c", "head", 0, "running", ip="192.0.2.2", image_digest="sha256:d"),
+        NodeHandle("kit-w1", "c", "worker", 1, "running", ip="192.0.2.3", image_digest="sha256:d"),
+        answer=answer,
+    )
+
 
 def test_cluster_mode_through_a_runtime() -> None:
-    rt = FakeRuntime()
+    rt = cluster_runtime()
     result = runner.verify_cluster(rt, "c", runner.Expectations("auto", 2, 2), runner.CollectiveSpec())
     assert result.status == "pass", [c for c in result.checks if c.status != "pass"]
     coll = [c for c in rt.calls if "--head-ip" not in c[1]]
@@ -384,9 +369,8 @@ def test_cluster_mode_through_a_runtime() -> None:
 
 
 def test_cluster_mode_planned_ip_mismatch() -> None:
-    rt = FakeRuntime()
+    rt = cluster_runtime(reported_ip={"kit-w1": "172.17.0.2"})  # container IP instead of the planned host IP
     rt.nodes[1] = NodeHandle("kit-w1", "c", "worker", 1, "running", ip="10.1.1.1")
-    rt.reported_ip["kit-w1"] = "172.17.0.2"  # container IP instead of the planned host IP
     result = runner.verify_cluster(rt, "c", runner.Expectations(), runner.CollectiveSpec(), collective=False)
     assert {(c.name, c.node) for c in result.checks if c.status == "fail"} >= {
         ("node.ip", "kit-w1"),

@@ -61,7 +61,7 @@ def test_spec_passes_the_collectives() -> None:
 
 
 def test_collectives_for_config() -> None:
-    from tests.unit.test_plan import make_config
+    from tests.conftest import make_config
 
     ep = make_config(**{"model.tp": 1, "model.dp": 16, "model.ep": True})
     assert collectives_for(ep) == ("all-reduce", "all-to-all")

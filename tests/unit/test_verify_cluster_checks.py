@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from kit.verify import collective, policy, probe, runner
 from kit.verify.image import check_image
 from kit.verify.nccl import gloo_summary
 from kit.verify.report import VerificationFailed, render_text
+from tests.conftest import FakeRuntime
 
 HEAD, WORKER = "kit-c-head", "kit-c-worker-1"
 IPS = {HEAD: "10.214.5.10", WORKER: "10.214.5.11"}
@@ -292,47 +293,34 @@ def test_cpu_image_needs_no_rdma_userland() -> None:
 # --- the command: resolved config in, runtime and Ray view through kit's own code --------------
 
 
-class CpuCluster:
-    name = "fake"
+def cpu_cluster() -> FakeRuntime:
+    """The two CPU nodes, worker first (head first is the runner's job, not the runtime's), whose
+    probes print cpu_facts (for the model asked for) and gloo_result."""
 
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, list[str], dict[str, str]]] = []
-        self.nodes = [
-            NodeHandle(HEAD, "c", "head", 0, "running", ip=IPS[HEAD], image_digest=DIGEST),
-            NodeHandle(WORKER, "c", "worker", 1, "running", ip=IPS[WORKER], image_digest=DIGEST),
-        ]
-        self.clusters: list[str] = []
-
-    def find_nodes(self, cluster: str) -> list[NodeHandle]:
-        self.clusters.append(cluster)
-        return list(reversed(self.nodes))  # head first is the runner's job, not the runtime's
-
-    def exec(
-        self,
-        node: NodeHandle,
-        argv: Sequence[str],
-        *,
-        env: Mapping[str, str] | None = None,
-        timeout: float | None = None,
-    ) -> ExecResult:
-        self.calls.append((node.name, list(argv), dict(env or {})))
+    def answer(node: NodeHandle, argv: list[str], env: dict[str, str]) -> ExecResult:
         if "--head-ip" in argv:
             f = cpu_facts(node.name, hf_cache__model=argv[argv.index("--model") + 1])
             return ExecResult(0, "warning: noise\n" + json.dumps(f) + "\n", "")
-        return ExecResult(0, json.dumps(gloo_result(int((env or {})["KIT_NODE_RANK"]))), "")
+        return ExecResult(0, json.dumps(gloo_result(int(env["KIT_NODE_RANK"]))), "")
+
+    return FakeRuntime(
+        NodeHandle(WORKER, "c", "worker", 1, "running", ip=IPS[WORKER], image_digest=DIGEST),
+        NodeHandle(HEAD, "c", "head", 0, "running", ip=IPS[HEAD], image_digest=DIGEST),
+        answer=answer,
+    )
 
 
-def test_cli_cluster_mode_uses_the_resolved_config(monkeypatch: pytest.MonkeyPatch) -> None:
-    import kit.runtime
-
-    rt = CpuCluster()
+def test_cli_cluster_mode_uses_the_resolved_config(
+    monkeypatch: pytest.MonkeyPatch, use_runtime: Callable[[Any], None]
+) -> None:
+    rt = cpu_cluster()
     views: list[tuple[str, int, float]] = []
 
     def fake_view(runtime: Any, head: NodeHandle, gcs_port: int, timeout: float = 4) -> list[dict[str, Any]]:
         views.append((head.name, gcs_port, timeout))
         return [{k: v for k, v in r.items() if k != "lost"} for r in ray_rows()]
 
-    monkeypatch.setattr(kit.runtime, "get_runtime", lambda config: rt)
+    use_runtime(rt)
     monkeypatch.setattr(status, "ray_view", fake_view)
     env = {
         "KIT_CLUSTER": "c",
