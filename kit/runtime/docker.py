@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from kit.errors import ImageError, KitError, RuntimeUnavailable, StartError
-from kit.plan.forms import to_docker_kwargs
+from kit.plan.container_args import to_docker_kwargs
 from kit.plan.node import ContainerSpec
 from kit.render import shell_words
 from kit.runtime.base import ExecResult, NodeHandle, Runtime
