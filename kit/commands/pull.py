@@ -3,6 +3,8 @@
 Docker: docker-py's low-level streaming pull (FIELD_NOTES §3: `images.pull()` swallows errors
 that arrive inside the stream), every event checked. A failed pull leaves no new tag behind.
 Apptainer: delegated to ApptainerRuntime.pull (a SIF under apptainer.image_dir).
+enroot (runtime enroot, pyxis or edf): delegated to EnrootRuntime.pull (a squashfs under
+enroot.image_dir, for pyxis' --container-image or the EDF's image).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from kit.state import images_file, record_image
 if TYPE_CHECKING:
     from kit.runtime.docker import DockerRuntime
 
-HELP = """Pull a vLLM image (Docker image or Apptainer SIF) and record its digest.
+HELP = """Pull a vLLM image (Docker image, Apptainer SIF or enroot squashfs) and record its digest.
 
 \b
 IMAGE defaults to the config's `image`. The digest is printed and recorded in
@@ -35,6 +37,8 @@ can check every node runs the same image.
 Registry credentials come from the standard Docker config ($DOCKER_CONFIG/config.json,
 default ~/.docker/config.json), written by `docker login`; credential helpers
 (credsStore / credHelpers, e.g. docker-credential-ecr-login) are used when configured.
+enroot reads $ENROOT_CONFIG_PATH/.credentials (netrc format; default
+~/.config/enroot/.credentials), e.g. `machine nvcr.io login $oauthtoken password KEY`.
 Progress: one line per layer on stderr (an updating line on a terminal); --json prints
 only the result.
 """
@@ -49,7 +53,11 @@ def docker_runtime() -> DockerRuntime:
 
 @click.command(name="pull", help=HELP, cls=KitCommand)
 @click.argument("image", required=False)
-@click.option("--runtime", type=click.Choice(["docker", "apptainer"]), help="Container runtime (config: runtime).")
+@click.option(
+    "--runtime",
+    type=click.Choice(["docker", "apptainer", "enroot", "pyxis", "edf"]),
+    help="Container runtime (config: runtime). enroot, pyxis, edf: enroot import into enroot.image_dir.",
+)
 @config_options
 @json_option
 def command(
@@ -70,13 +78,19 @@ def command(
         if ref.startswith("docker://") or "://" not in ref:
             parse_ref(ref.removeprefix("docker://"))
         result = pull_apptainer(config, ref, as_json=as_json)
+    elif config.runtime in ("enroot", "pyxis", "edf"):
+        result = pull_enroot(config, ref, as_json=as_json)
     else:
         result = pull_docker(parse_ref(ref), as_json=as_json)
     emit(
         "pull",
         result,
         as_json=as_json,
-        text=lambda: f"{result['ref']}\n  digest: {result['digest']}\n  recorded in {result['record']}",
+        text=lambda: (
+            f"{result['ref']}\n  digest: {result['digest']}\n  recorded in {result['record']}"
+            if result.get("record")
+            else f"{result['ref']}\n  file: {result['path']}\n  digest: unknown (not recorded: {result['note']})"
+        ),
     )
 
 
@@ -171,3 +185,18 @@ def pull_apptainer(config: KitConfig, ref: str, *, as_json: bool) -> dict[str, A
         raise ImageError(f"apptainer pull of {ref} returned no digest")
     record_image(ref, digest, path=str(out.get("path")), runtime="apptainer")
     return {**out, "ref": ref, "digest": digest, "runtime": "apptainer", "record": str(images_file())}
+
+
+def pull_enroot(config: KitConfig, ref: str, *, as_json: bool) -> dict[str, Any]:
+    """`enroot import` into enroot.image_dir (kit.runtime.enroot). Without a digest (enroot 3 and
+    an unpinned reference) nothing is recorded, and the result says so."""
+    from kit.runtime.enroot import EnrootRuntime
+
+    parse_ref(ref.removeprefix("docker://"))  # one line for a malformed reference, before enroot runs
+    image_dir = os.path.expanduser(config.enroot.image_dir)
+    out = EnrootRuntime(config).pull(ref, image_dir=image_dir, on_progress=lambda line: progress(line, as_json=as_json))
+    if not out["digest"]:
+        note = "this enroot cannot resolve digests (enroot < 4): pin the image as IMAGE@sha256:..."
+        return {**out, "ref": ref, "runtime": "enroot", "record": None, "note": note}
+    record_image(ref, out["digest"], path=out["path"], runtime="enroot", digest_source=out["digest_source"])
+    return {**out, "ref": ref, "runtime": "enroot", "record": str(images_file())}
