@@ -261,6 +261,9 @@ def check_node(
     hf = _get(facts, "hf_cache") or {}
     if hf.get("model"):  # no model asked for (--host without --model): the cache does not matter
         checks.append(_hf_cache_check(node, hf))
+    from kit.verify.container_checks import check_container  # what enroot's hooks gave a pyxis/EDF container
+
+    checks.extend(check_container(node, facts))
     return checks
 
 

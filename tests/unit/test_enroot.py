@@ -178,7 +178,7 @@ def test_pull_through_the_cli_records_the_digest(fake: dict[str, Any]) -> None:
             f"enroot.image_dir={fake['images']}"]  # fmt: skip
     out = CliRunner().invoke(cli, args)
     assert out.exit_code == 0, out.output
-    result = json.loads(out.output)["result"]
+    result = json.loads(out.stdout)["result"]  # stdout alone: another test's thread may write to stderr
     record = json.loads((fake["tmp"] / "state" / "images.json").read_text())["vllm/vllm-openai:v0.11.0"]
     assert record["digest"] == result["digest"] == DIGEST and record["runtime"] == "enroot"
     assert record["path"] == result["path"] and Path(record["path"]).is_file()
