@@ -35,6 +35,7 @@ from kit.plan.node import ContainerSpec, plan_node
 from kit.plan.scripts import JOINED_MARK, READY_MARK
 from kit.plan.topology import plan_node_net
 from kit.render import shell_quote, shell_words
+from kit.runtime import check_local
 from kit.runtime.base import Runtime
 
 FLAG_KEYS = {
@@ -172,6 +173,7 @@ def command(
     """
     role = role_from_flags(is_head, is_worker, node_rank)
     resolved = resolve(config_path, overrides_from(flags, FLAG_KEYS, set_values))
+    check_local(resolved.config)  # pyxis/edf: srun starts the containers (a dry run included)
     spec, net = plan_up(resolved, role)
     plan = describe(resolved.config, spec, net)
     # What the node leaves open (no API key, no Ray token): one stderr line each once the plan is

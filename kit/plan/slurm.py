@@ -236,6 +236,13 @@ def container_scripts(config: KitConfig) -> dict[str, str]:
 
 
 def check_slurm_config(config: KitConfig, sources: Mapping[str, str]) -> None:
+    if config.runtime == "enroot":
+        raise ConfigError(
+            "enroot is for kit pull: under SLURM, pyxis or the Container Engine start the containers",
+            key="runtime",
+            source=sources.get("runtime"),
+            hint="use runtime pyxis (srun --container-image) or edf (srun --environment)",
+        )
     if config.network:
         raise ConfigError(
             "a Docker simulation network cannot be used under SLURM",

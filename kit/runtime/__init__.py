@@ -10,17 +10,25 @@ if TYPE_CHECKING:
     from kit.runtime.base import Runtime
 
 
-def get_runtime(config: KitConfig) -> Runtime:
-    if config.runtime in ("pyxis", "edf", "enroot"):
+SLURM_ONLY = ("pyxis", "edf", "enroot")
+
+
+def check_local(config: KitConfig) -> None:
+    """Refuse the runtimes kit cannot drive on this host: under pyxis and the CSCS EDF srun starts
+    the containers (issue 20); enroot is kit pull's."""
+    if config.runtime in SLURM_ONLY:
         from kit.errors import ConfigError
 
-        # srun starts these containers (issue 20): there is no runtime to drive from here.
         raise ConfigError(
-            f"runtime {config.runtime} runs containers only inside a SLURM job",
+            f"{config.runtime} runs containers only inside a SLURM job",
             key="runtime",
             hint="use `kit slurm --runtime pyxis` (or edf) and `kit status/down --slurm JOBID`; "
             "kit pull --runtime enroot imports the image",
         )
+
+
+def get_runtime(config: KitConfig) -> Runtime:
+    check_local(config)
     if config.runtime == "apptainer":
         from kit.runtime.apptainer import ApptainerRuntime
 

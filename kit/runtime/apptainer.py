@@ -98,9 +98,9 @@ def digest_from(ref: str, labels: Mapping[str, str]) -> tuple[str | None, str | 
 
 
 @contextlib.contextmanager
-def _partial_file(dest: Path) -> Iterator[Path]:
+def partial_file(dest: Path) -> Iterator[Path]:
     """Yield a temporary name next to dest; on success the caller renames it, on any failure or
-    interrupt it is removed, so no half-written SIF is ever left behind."""
+    interrupt it is removed, so no half-written image is ever left behind (also kit.runtime.enroot's)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     partial = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
     try:
@@ -192,7 +192,7 @@ class ApptainerRuntime(Runtime):
         uri = pull_uri(ref)
         dest = Path(image_dir).expanduser() / sif_name(ref)
         started = time.monotonic()
-        with _partial_file(dest) as partial:
+        with partial_file(dest) as partial:
             on_progress(f"pulling {uri} -> {dest} (Apptainer converts the layers to SIF: this takes minutes)")
             try:
                 self._run(["pull", "--force", str(partial), uri], what=f"{self.binary} pull")
@@ -223,7 +223,7 @@ class ApptainerRuntime(Runtime):
         args = ["build", "--force"]
         if is_def and os.geteuid() != 0:
             args.append("--fakeroot")  # a definition file build needs root or fakeroot
-        with _partial_file(target) as partial:
+        with partial_file(target) as partial:
             on_progress(f"building {target} from {source}")
             try:
                 self._run([*args, str(partial), source], what=f"{self.binary} build")

@@ -17,7 +17,6 @@ is no container runtime to drive from here.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
 import os
@@ -32,6 +31,7 @@ from kit import __version__, proc
 from kit.config import KitConfig
 from kit.errors import CommandError, ImageError, ImageRefError, RuntimeUnavailable
 from kit.plan.container_args import enroot_image
+from kit.runtime.apptainer import partial_file
 
 _DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 CREDENTIALS = "$ENROOT_CONFIG_PATH/.credentials (netrc format; default ~/.config/enroot/.credentials)"
@@ -114,10 +114,8 @@ class EnrootRuntime:
                 on_progress("no `enroot digest` here (enroot < 4): no digest is recorded (pin IMAGE@sha256:…)")
             else:
                 where, source = "enroot digest", f"{uri}@{digest}"  # import exactly what the digest names
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        partial = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
-        partial.unlink(missing_ok=True)  # enroot refuses an existing output file
-        try:
+        with partial_file(dest) as partial:
+            partial.unlink(missing_ok=True)  # enroot refuses an existing output file
             on_progress(f"importing {source} -> {dest} (enroot downloads the layers, then builds a squashfs)")
             try:
                 self._run(["import", "--output", str(partial), source], what=f"{self.binary} import")
@@ -128,13 +126,8 @@ class EnrootRuntime:
                     hint=_pull_hint(err.stderr),
                 ) from None
             if not partial.is_file() or partial.stat().st_size == 0:
-                raise ImageError(
-                    f"import of {source} reported success but wrote no file", hint="retry; check disk space"
-                )
+                raise ImageError(f"import of {source} wrote no file", hint="retry; check disk space")
             partial.replace(dest)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                partial.unlink()
         meta = dest.with_name(dest.name + ".json")
         result: dict[str, Any] = {
             "path": str(dest),

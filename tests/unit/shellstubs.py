@@ -155,6 +155,7 @@ if "--exclude" in options:
         time.sleep(0.01)
 rc = 0
 for k in nodes:
+    print("task prolog: a site's TaskProlog may print to the task's output", flush=True)
     task = dict(env, SLURM_NODEID=str(k), SLURMD_NODENAME=f"node{{k + 1}}")
     cwd = None
     if step.container:

@@ -230,3 +230,9 @@ def test_kit_up_refuses_the_slurm_only_runtimes() -> None:
     config = load_config(environ={}, cwd=Path("/nonexistent"), overrides={"runtime": ("pyxis", "test")}).config
     with pytest.raises(ConfigError, match="only inside a SLURM job"):
         get_runtime(config)
+    # the verbs: one line, exit 3, before anything is planned or printed (a dry run included)
+    for args in (["up", "--dry-run", "--set", "runtime=edf"], ["slurm", "--set", "runtime=enroot"]):
+        result = subprocess.run([sys.executable, "-m", "kit", *args], capture_output=True, text=True, timeout=60,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd="/")  # fmt: skip
+        assert result.returncode == 3 and result.stdout == "", result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1 and "runtime" in result.stderr
