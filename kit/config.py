@@ -48,7 +48,12 @@ def _port(default: int, help: str) -> Spec:
 # Dotted key -> Spec. This table is the schema; the dataclasses below mirror it.
 SCHEMA: dict[str, Spec] = {
     "cluster": Spec("str", "kit", "cluster name: container names and labels derive from it", pattern=NAME_PATTERN),
-    "runtime": Spec("choice", "docker", "container runtime", ("docker", "apptainer")),
+    "runtime": Spec(
+        "choice",
+        "docker",
+        "container runtime (pyxis, edf: SLURM only, with enroot; enroot: kit pull)",
+        ("docker", "apptainer", "pyxis", "edf", "enroot"),
+    ),
     "image": Spec(
         "str", "vllm/vllm-openai:v0.11.0", "Docker image reference, or a SIF path for apptainer", text="path"
     ),
@@ -163,6 +168,9 @@ SCHEMA: dict[str, Spec] = {
     "apptainer.tmp_dir": Spec(
         "str", None, "APPTAINER_TMPDIR (needs room for the unpacked image)", optional=True, text="path"
     ),
+    "enroot.image_dir": Spec(
+        "str", "~/.local/share/kit/images", "where `kit pull --runtime enroot` writes squashfs files", text="path"
+    ),
     "slurm.account": Spec("str", None, "#SBATCH --account", optional=True),
     "slurm.partition": Spec("str", None, "#SBATCH --partition", optional=True),
     "slurm.qos": Spec("str", None, "#SBATCH --qos", optional=True),
@@ -228,6 +236,11 @@ class Apptainer:
 
 
 @dataclass(frozen=True)
+class Enroot:
+    image_dir: str
+
+
+@dataclass(frozen=True)
 class Slurm:
     account: str | None
     partition: str | None
@@ -268,6 +281,7 @@ class KitConfig:
     timeouts: Timeouts
     ray: Ray
     apptainer: Apptainer
+    enroot: Enroot
     slurm: Slurm
 
     @property
@@ -520,6 +534,7 @@ def build(values: Mapping[str, Any]) -> KitConfig:
         timeouts=Timeouts(**section("timeouts")),
         ray=Ray(**section("ray")),
         apptainer=Apptainer(**section("apptainer")),
+        enroot=Enroot(**section("enroot")),
         slurm=Slurm(**section("slurm")),
     )
 

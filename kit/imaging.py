@@ -58,7 +58,8 @@ def pull_image(store: ImageStore, plan: PullPlan, *, as_json: bool) -> PullResul
         result = store.pull(plan, on_progress=printer)
     finally:
         printer.finish()
-    record_image(result.ref, result.digest, **result.record_fields())
+    if result.digest:  # enroot < 4 resolves none: nothing to compare nodes with, nothing recorded
+        record_image(result.ref, result.digest, **result.record_fields())
     return result
 
 

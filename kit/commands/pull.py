@@ -2,7 +2,9 @@
 
 The runtime's ImageStore plans the pull (what --dry-run prints) and executes that plan: Docker
 through the engine's streaming pull, every event checked, no new tag left by a failed pull;
-Apptainer into a SIF under apptainer.image_dir, atomically (kit/runtime/).
+Apptainer into a SIF under apptainer.image_dir, atomically; enroot (runtime enroot, pyxis or
+edf) into a squashfs under enroot.image_dir, for pyxis' --container-image or the EDF's image
+(kit/runtime/).
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ from kit.commands._params import KitCommand
 from kit.imaging import pull_image
 from kit.output import emit
 from kit.render import shell_words
-from kit.runtime.base import PullPlan
+from kit.runtime.base import PullPlan, PullResult
 from kit.state import images_file
 
-HELP = """Pull a vLLM image (Docker image or Apptainer SIF) and record its digest.
+HELP = """Pull a vLLM image (Docker image, Apptainer SIF or enroot squashfs) and record its digest.
 
 \b
 IMAGE defaults to the config's `image`. The digest is printed and recorded in
@@ -28,6 +30,8 @@ can check every node runs the same image.
 Registry credentials come from the standard Docker config ($DOCKER_CONFIG/config.json,
 default ~/.docker/config.json), written by `docker login`; credential helpers
 (credsStore / credHelpers, e.g. docker-credential-ecr-login) are used when configured.
+enroot reads $ENROOT_CONFIG_PATH/.credentials (netrc format; default
+~/.config/enroot/.credentials), e.g. `machine nvcr.io login $oauthtoken password KEY`.
 Progress: one line per layer on stderr (an updating line on a terminal); --json prints
 only the result. --dry-run prints what would be pulled, by which runtime, to where.
 """
@@ -35,7 +39,11 @@ only the result. --dry-run prints what would be pulled, by which runtime, to whe
 
 @click.command(name="pull", help=HELP, cls=KitCommand)
 @click.argument("image", required=False)
-@click.option("--runtime", type=click.Choice(["docker", "apptainer"]), help="Container runtime (config: runtime).")
+@click.option(
+    "--runtime",
+    type=click.Choice(["docker", "apptainer", "enroot", "pyxis", "edf"]),
+    help="Container runtime (config: runtime). enroot, pyxis, edf: enroot import into enroot.image_dir.",
+)
 @click.option("--dry-run", is_flag=True, help="Print the reference, runtime and destination; pull nothing.")
 @config_options
 @json_option
@@ -58,13 +66,20 @@ def command(
         emit("pull", {**plan.to_dict(), "dry_run": True}, as_json=as_json, text=lambda: render_plan(plan))
         return
     result = pull_image(store, plan, as_json=as_json)
-    done = {**result.to_dict(), "record": str(images_file())}
-    emit(
-        "pull",
-        done,
-        as_json=as_json,
-        text=lambda: f"{result.ref}\n  digest: {result.digest}\n  recorded in {done['record']}",
-    )
+    done = {**result.to_dict(), "record": str(images_file()) if result.digest else None}
+    if not result.digest:  # enroot < 4 and an unpinned reference: nothing recorded, and why
+        done["note"] = NO_DIGEST
+    emit("pull", done, as_json=as_json, text=lambda: render_result(result, done))
+
+
+# A store that resolves no digest (enroot < 4, an unpinned reference): the result says why.
+NO_DIGEST = "this enroot cannot resolve digests (enroot < 4): pin the image as IMAGE@sha256:..."
+
+
+def render_result(result: PullResult, done: dict[str, object]) -> str:
+    if not result.digest:
+        return f"{result.ref}\n  file: {done.get('path')}\n  digest: unknown (not recorded: {done['note']})"
+    return f"{result.ref}\n  digest: {result.digest}\n  recorded in {done['record']}"
 
 
 def render_plan(plan: PullPlan) -> str:

@@ -12,7 +12,7 @@ from kit.commands._common import check_plan, check_secret_files, config_options,
 from kit.commands._params import KitCommand, writable
 from kit.errors import ConfigError
 from kit.output import emit, progress
-from kit.plan.slurm import SERVER_READY_MARK, check_slurm_config, plan_launcher
+from kit.plan.slurm import SERVER_READY_MARK, check_slurm_config, plan_slurm_files
 from kit.render import shell_words
 
 FLAG_KEYS = {
@@ -43,10 +43,15 @@ FLAG_KEYS = {
 @click.command(name="slurm", cls=KitCommand)
 @click.option("--nodes", type=int, help="Nodes (#SBATCH --nodes).")
 @click.option("--gpus-per-node", type=int, help="GPUs per node (#SBATCH --gpus-per-task, one task per node).")
-@click.option("--runtime", type=click.Choice(["docker", "apptainer"]), help="Container runtime on the nodes.")
+@click.option(
+    "--runtime",
+    type=click.Choice(["docker", "apptainer", "pyxis", "edf"]),
+    help="Container runtime on the nodes: docker, apptainer, pyxis (srun --container-image, enroot), "
+    "or edf (srun --environment: an environment definition file written beside the launcher).",
+)
 @click.option("--backend", type=click.Choice(["ray", "mp"]), help="Ray cluster, or vLLM's mp backend.")
 @click.option("--accelerator", type=click.Choice(["gpu", "cpu"]), help="gpu, or cpu (vLLM CPU build).")
-@click.option("--image", help="Image reference, or a SIF path with --runtime apptainer.")
+@click.option("--image", help="Image reference, or a SIF path (apptainer) or squashfs path (pyxis, edf).")
 @click.option("--model", help="Model id or path.")
 @click.option("--tp", help="Tensor parallel size, or auto.")
 @click.option("--pp", help="Pipeline parallel size, or auto.")
@@ -81,12 +86,15 @@ def command(
     resources, the head's IP found inside the job, node rank from SLURM_NODEID, one srun step that
     starts every node's container (Apptainer or Docker; Ray or mp backend), a readiness wait bounded
     by the walltime, and a KIT_SERVER_READY line with the URL and SSH tunnel in the job output.
+    With pyxis/edf (enroot sites) srun starts the containers: each prints a KIT_PROBE line that
+    `kit verify --job-output FILE` judges (GPUs, /dev/infiniband, memlock, /dev/shm).
     Secrets stay in their files (hf_token_file, api_key_file, ray_token_file), read at run time, never written.
 
     \b
     Examples:
       kit slurm --nodes 2 --gpus-per-node 4 --runtime apptainer --image ~/images/vllm.sif \\
                 --backend mp --partition gpu --account p200 -o serve.sbatch
+      kit slurm --runtime pyxis --image /shared/images/vllm.sqsh -o serve.sbatch
       kit slurm --submit                     # write kit-CLUSTER.sbatch, sbatch it, print the job id
       kit status --slurm JOBID               # queue state and the ready line
       kit down --slurm JOBID                 # scancel, and nothing is left running
@@ -97,14 +105,21 @@ def command(
     check_slurm_config(config, sources)
     if submit:
         check_secret_files(config, sources)  # the launcher checks again on every node
-    text = plan_launcher(config, exclusive=exclusive)
-    if out_path is None and not submit:
-        emit("slurm", {"launcher": text}, as_json=as_json, text=text.rstrip("\n"))
-        return
     path = Path(out_path or f"kit-{config.cluster}.sbatch")
-    writable(path, "--out")  # one line before anything is written (a missing folder, a folder)
-    _write_atomically(path, text)
+    launcher, *edfs = files = plan_slurm_files(config, str(path), exclusive=exclusive)
+    text = files[launcher]
+    if out_path is None and not submit:
+        extra = {"edf": {p: files[p] for p in edfs}} if edfs else {}
+        shown = "".join([text, *(f"# ---- kit: {p} (environment definition) ----\n{files[p]}" for p in edfs)])
+        emit("slurm", {"launcher": text, **extra}, as_json=as_json, text=shown.rstrip("\n"))
+        return
+    for name in files:  # one line before anything is written (a missing folder, a folder)
+        writable(Path(name), "--out")
+    for name in reversed(files):  # the launcher last: it names the others
+        _write_atomically(Path(name), files[name], mode=0o755 if name == launcher else 0o644)
     result: dict[str, Any] = {"path": str(path), "nodes": config.nodes, "runtime": config.runtime}
+    if edfs:
+        result["edf"] = edfs
     if not submit:
         emit("slurm", result, as_json=as_json, text=f"wrote {path} (submit it with: {shell_words(['sbatch', path])})")
         return
@@ -127,11 +142,11 @@ def command(
     )
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def _write_atomically(path: Path, text: str, *, mode: int = 0o755) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         tmp.write_text(text)
-        tmp.chmod(0o755)
+        tmp.chmod(mode)
         tmp.replace(path)
     except OSError as exc:  # checked above; a full disk or a race still gets one line
         raise ConfigError(f"cannot write {path}: {exc.strerror}", key="--out", hint="write somewhere else") from None

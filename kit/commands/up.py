@@ -22,13 +22,20 @@ from kit.commands._params import KitCommand
 from kit.config import KitConfig, Resolved
 from kit.errors import StartError
 from kit.output import emit, progress, warn
+from kit.plan.container_args import (
+    to_apptainer_env,
+    to_apptainer_exec_argv,
+    to_apptainer_start_argv,
+    to_docker_argv,
+    to_docker_kwargs,
+)
 from kit.plan.exposure import exposures
 from kit.plan.facts import NodeNet, Role
-from kit.plan.forms import to_apptainer_exec_argv, to_apptainer_start_argv, to_docker_argv, to_docker_kwargs
 from kit.plan.node import ContainerSpec, plan_node
 from kit.plan.scripts import JOINED_MARK, READY_MARK
 from kit.plan.topology import plan_node_net
 from kit.render import shell_quote, shell_words
+from kit.runtime import check_local
 from kit.runtime.base import Runtime
 
 FLAG_KEYS = {
@@ -87,6 +94,7 @@ def describe(config: KitConfig, spec: ContainerSpec, net: NodeNet) -> dict[str, 
     else:
         out["apptainer_start_argv"] = to_apptainer_start_argv(spec, config.image)
         out["apptainer_exec_argv"] = to_apptainer_exec_argv(spec)
+        out["apptainer_env"] = to_apptainer_env(spec.env)  # in the environment of both, never --env
     return out
 
 
@@ -106,8 +114,9 @@ def dry_run_text(plan: dict[str, Any]) -> str:
     if "docker_argv" in plan:
         lines.append(shell_words(plan["docker_argv"]))
     else:
-        lines.append(shell_words(plan["apptainer_start_argv"]))
-        lines.append(shell_words(plan["apptainer_exec_argv"]))
+        env = ["env", *(f"{key}={value}" for key, value in plan["apptainer_env"].items())]
+        lines.append(shell_words([*env, *plan["apptainer_start_argv"]]))
+        lines.append(shell_words([*env, *plan["apptainer_exec_argv"]]))
     return "\n".join(lines)
 
 
@@ -164,6 +173,7 @@ def command(
     """
     role = role_from_flags(is_head, is_worker, node_rank)
     resolved = resolve(config_path, overrides_from(flags, FLAG_KEYS, set_values))
+    check_local(resolved.config)  # pyxis/edf: srun starts the containers (a dry run included)
     spec, net = plan_up(resolved, role)
     plan = describe(resolved.config, spec, net)
     # What the node leaves open (no API key, no Ray token): one stderr line each once the plan is

@@ -35,6 +35,13 @@ if TYPE_CHECKING:
     help="Probe this host directly (no containers): its GPUs, node facts and a collective.",
 )
 @click.option(
+    "--job-output",
+    "job_output",
+    metavar="FILE",
+    help="Judge the node probes a `kit slurm --runtime pyxis|edf` job printed (its KIT_PROBE lines): "
+    "GPUs, /dev/infiniband, memlock and /dev/shm as the site's enroot hooks gave them.",
+)
+@click.option(
     "--image",
     metavar="IMAGE",
     help="Validate an image only (CI): imports, versions, `vllm serve --help`, RDMA userland, probe files.",
@@ -109,6 +116,7 @@ if TYPE_CHECKING:
 @config_options
 def command(
     on_host: bool,
+    job_output: str | None,
     image: str | None,
     expect: str,
     expected_nodes: int | None,
@@ -139,6 +147,7 @@ def command(
                                     (nodes, GPUs, model, ports from the config; flags override)
     kit verify --host               this machine directly (2 GPUs: under 30 s)
     kit verify --image IMAGE        image only, for CI (with --junit report.xml)
+    kit verify --job-output FILE    the containers of a pyxis/EDF job (the job's output file)
     Exits 7 when a check fails; warnings do not change the exit code.
     """
     from kit.verify import runner
@@ -158,7 +167,15 @@ def command(
     expectations = runner.Expectations(expect, expected_nodes, gpus_per_node)
     spec = runner.CollectiveSpec(sizes, budget_s, timeout_s, master_port, _collectives(collective_kind))
     result: VerifyResult
-    if image:
+    if job_output:
+        from kit import safeload
+        from kit.verify.container_checks import verify_job_output
+
+        if on_host or image or cluster or config_path or set_values:
+            raise UsageError("--job-output judges a job's output alone (no --host, --image, --cluster, --config)")
+        text = safeload.read_text(job_output, what="job output")
+        result = verify_job_output(text, nodes=expected_nodes, target=job_output)
+    elif image:
         from kit.verify.image import verify_image
 
         progress(f"verify: probing image {image}", as_json=as_json)

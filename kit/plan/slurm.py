@@ -1,6 +1,6 @@
 """The sbatch launcher: pure text, rendered from the same plan `kit up` uses.
 
-Every node's container command comes from `plan_node` and the forms in kit.plan.forms. What is
+Every node's container command comes from `plan_node` and the forms in kit.plan.container_args. What is
 only known inside the job (this node's IP and interface, its rank, the head's address, the job
 id) is planned as sentinel strings; `runtime_word` turns each sentinel into a `"${VAR}"`
 expansion that the launcher computes at run time, and every other byte into literal text, quoted
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from kit import __version__
 from kit.config import KitConfig
 from kit.errors import ConfigError
+from kit.plan.container_args import to_apptainer_env, to_apptainer_start_argv, to_docker_argv
 from kit.plan.facts import HEAD, NodeNet, Role
-from kit.plan.forms import to_apptainer_start_argv, to_docker_argv
 from kit.plan.node import ContainerSpec, Mount, plan_node
 from kit.plan.scripts import READY_MARK, node_script, ray_token_enabled, serve_script
 from kit.render import Arg, EnvRef, Word, render, shell_quote
@@ -37,6 +37,17 @@ def job_var(name: str) -> str:
 
 
 _SENTINEL_RE = re.compile("\x00([A-Z_]+)\x00")
+
+
+def sentinels(text: str) -> set[str]:
+    """The job variables `text` refers to (job_var sentinels)."""
+    return set(_SENTINEL_RE.findall(text))
+
+
+def has_sentinel(text: str, names: Sequence[str]) -> bool:
+    return bool(sentinels(text) & set(names))
+
+
 # A worker's rank is an int in Role: plan_node gets this one, slurm_spec puts job_var("KIT_NODE_RANK")
 # where plan_node wrote it (name, label, env); it is never a real rank.
 RANK_SENTINEL = 2147483641
@@ -191,6 +202,14 @@ def node_argv(config: KitConfig, spec: ContainerSpec) -> list[str]:
     return to_docker_argv(spec, foreground=True)
 
 
+def node_exports(config: KitConfig, spec: ContainerSpec) -> list[str]:
+    """The words the node step exports before the container command: with Apptainer, the
+    container's environment (APPTAINERENV_NAME=value, one quoted word each)."""
+    if config.runtime != "apptainer":
+        return []
+    return [shell_quote(runtime_word(f"{k}={v}")) for k, v in to_apptainer_env(spec.env).items()]
+
+
 def ray_head_entry() -> str:
     """Inside the head container: the Ray head node script (barrier included), then `vllm serve`.
     Both scripts arrive as its arguments ("$1", "$2"), so no script is nested in another."""
@@ -217,6 +236,13 @@ def container_scripts(config: KitConfig) -> dict[str, str]:
 
 
 def check_slurm_config(config: KitConfig, sources: Mapping[str, str]) -> None:
+    if config.runtime == "enroot":
+        raise ConfigError(
+            "enroot is for kit pull: under SLURM, pyxis or the Container Engine start the containers",
+            key="runtime",
+            source=sources.get("runtime"),
+            hint="use runtime pyxis (srun --container-image) or edf (srun --environment)",
+        )
     if config.network:
         raise ConfigError(
             "a Docker simulation network cannot be used under SLURM",
@@ -235,46 +261,86 @@ def secret_files(config: KitConfig, role: Role) -> list[str]:
     return [path for path in files if path]
 
 
-def plan_launcher(config: KitConfig, *, exclusive: bool = False) -> str:
-    """The whole sbatch script for config (nodes × gpus_per_node, runtime, backend)."""
+def plan_launcher(config: KitConfig, *, exclusive: bool = False, edf_paths: Mapping[str, str] | None = None) -> str:
+    """The whole sbatch script for config (nodes × gpus_per_node, runtime, backend). With runtime
+    edf, `edf_paths` says where the environment definition files are (by role: head, worker;
+    kit.plan.slurm_enroot.edf_paths; default: next to kit-CLUSTER.sbatch)."""
     scripts = container_scripts(config)
     worker = Role("worker", RANK_SENTINEL)
-    head_args = tuple(job_var(var) for var in ("KIT_RAY_HEAD_NODE_SCRIPT", "KIT_HEAD_SERVE_SCRIPT") if var in scripts)
-    head_spec = slurm_spec(config, HEAD, job_var("KIT_HEAD_SCRIPT"), head_args)
-    worker_spec = slurm_spec(config, worker, job_var("KIT_WORKER_SCRIPT"))
+    head_spec, worker_spec = node_specs(config, scripts)
     resources = sbatch_resources(config, exclusive=exclusive)
     has_workers = "KIT_WORKER_SCRIPT" in scripts
+    context = {
+        "version": __version__,
+        "config": config,
+        "sbatch_lines": [sbatch_line(k, v) for k, v in resources.directives()],
+        "scripts": scripts,
+        "head_secrets": secret_files(config, HEAD),
+        "worker_secrets": secret_files(config, worker),
+        "interface": None if config.interface == "auto" else config.interface,
+        "api_port": config.ports.api,
+        "served_name": config.served_name,
+        "ready_timeout": config.timeouts.ready,
+        "walltime_s": walltime_seconds(config.slurm.time),
+        "margin_s": WALLTIME_MARGIN_S,
+        "ready_mark": READY_MARK,
+        "server_ready_mark": SERVER_READY_MARK,
+        "server_timeout_mark": SERVER_TIMEOUT_MARK,
+    }
+    if config.runtime in ("pyxis", "edf"):
+        from kit.plan import slurm_enroot  # builds on this module's pieces
+
+        return slurm_enroot.render_launcher(config, context, enroot_specs(config), edf_paths)
     return render(
         "sbatch.sh.j2",
-        version=__version__,
-        config=config,
-        sbatch_lines=[sbatch_line(k, v) for k, v in resources.directives()],
-        scripts=scripts,
-        head_cmd=_argv_text(node_argv(config, head_spec)),
-        worker_cmd=_argv_text(node_argv(config, worker_spec)) if has_workers else None,
+        **context,
+        head_cmd=argv_text(node_argv(config, head_spec)),
+        worker_cmd=argv_text(node_argv(config, worker_spec)) if has_workers else None,
+        head_exports=node_exports(config, head_spec),
+        worker_exports=node_exports(config, worker_spec) if has_workers else [],
         head_name=shell_quote(runtime_word(head_spec.name)),
         worker_name=shell_quote(runtime_word(worker_spec.name)),
-        head_secrets=secret_files(config, HEAD),
-        worker_secrets=secret_files(config, worker),
-        interface=None if config.interface == "auto" else config.interface,
-        api_port=config.ports.api,
-        served_name=config.served_name,
-        ready_timeout=config.timeouts.ready,
-        walltime_s=walltime_seconds(config.slurm.time),
-        margin_s=WALLTIME_MARGIN_S,
-        ready_mark=READY_MARK,
-        server_ready_mark=SERVER_READY_MARK,
-        server_timeout_mark=SERVER_TIMEOUT_MARK,
         apptainer=config.runtime == "apptainer",
+        job_tmp=True,
+        node_function="kit_node_step",
     )
 
 
-def _argv_text(argv: Sequence[str]) -> str:
-    """One option (with its value) per line, for a readable launcher (inside a bash array)."""
+def plan_slurm_files(config: KitConfig, launcher: str, *, exclusive: bool = False) -> dict[str, str]:
+    """Every file `kit slurm` writes, {path: text}: the launcher first, then (runtime edf) the
+    environment definition files it names, beside it (kit.plan.slurm_enroot.edf_paths)."""
+    if config.runtime != "edf":
+        return {launcher: plan_launcher(config, exclusive=exclusive)}
+    from kit.plan import slurm_enroot
+
+    paths = slurm_enroot.edf_paths(launcher, config.nodes)
+    text = plan_launcher(config, exclusive=exclusive, edf_paths=paths)
+    return {launcher: text, **slurm_enroot.plan_edfs(config, enroot_specs(config), paths)}
+
+
+def node_specs(config: KitConfig, scripts: Mapping[str, str]) -> tuple[ContainerSpec, ContainerSpec]:
+    """The head's and the workers' ContainerSpec, each running its script (with Ray, the head's
+    entry gets the node and serve scripts as its arguments)."""
+    head_args = tuple(job_var(var) for var in ("KIT_RAY_HEAD_NODE_SCRIPT", "KIT_HEAD_SERVE_SCRIPT") if var in scripts)
+    worker = Role("worker", RANK_SENTINEL)
+    return slurm_spec(config, HEAD, job_var("KIT_HEAD_SCRIPT"), head_args), slurm_spec(
+        config, worker, job_var("KIT_WORKER_SCRIPT")
+    )
+
+
+def enroot_specs(config: KitConfig) -> dict[Role, ContainerSpec]:
+    """The specs the enroot launchers start, by role: the head, and the workers when there are."""
+    head, worker = node_specs(config, container_scripts(config))
+    return {head.role: head, **({worker.role: worker} if config.nodes > 1 else {})}
+
+
+def argv_text(argv: Sequence[str], *, joined: int = 2) -> str:
+    """One option (with its value) per line, for a readable launcher (inside a bash array); the
+    first `joined` words share the first line (`docker run`, `apptainer exec`)."""
     lines: list[str] = []
     for i, arg in enumerate(argv):
         quoted = shell_quote(runtime_word(arg))
-        if lines and (i < 2 or lines[-1] == "-c"):
+        if lines and (i < joined or lines[-1] == "-c"):
             lines[-1] += " " + quoted  # `docker run`, `apptainer exec`, `-c SCRIPT`
         else:
             lines.append(quoted)

@@ -32,6 +32,8 @@ def check_image(config: KitConfig, sources: Mapping[str, str]) -> None:
     image = config.image
     if config.runtime == "apptainer" and (image.endswith(".sif") or image.startswith("/")):
         return
+    if config.runtime in ("pyxis", "edf", "enroot") and image.startswith("/"):
+        return  # a squashfs file (kit pull --runtime enroot)
     ref = image.removeprefix("docker://") if config.runtime == "apptainer" else image
     if not is_image_ref(ref):
         raise ImageRefError(
@@ -39,7 +41,9 @@ def check_image(config: KitConfig, sources: Mapping[str, str]) -> None:
             key="image",
             source=_src(sources, "image"),
             hint="write it like vllm/vllm-openai:v0.11.0 or registry:5000/org/name@sha256:…"
-            + (" (or a .sif path)" if config.runtime == "apptainer" else ""),
+            + {"apptainer": " (or a .sif path)", "pyxis": " (or a .sqsh path)", "edf": " (or a .sqsh path)"}.get(
+                config.runtime, ""
+            ),
         )
 
 

@@ -7,8 +7,11 @@ Apptainer/spython quirks walled off here (FIELD_NOTES §4):
   kills the child on Ctrl-C and raises on a non-zero exit) and every result is checked; spython is
   used for what it does well, the Dockerfile parser behind `definition_from_dockerfile`, with
   any SystemExit turned into a KitError.
-- `-e` means `--cleanenv` (drops SLURM_*): kit only ever passes `--env`. No `--contain`: Ray
-  breaks in its private 64 MB /tmp and /dev/shm.
+- `-e` means `--cleanenv` (drops SLURM_*): never passed. `--env` is a comma list (a value with
+  ',' becomes two variables): the container environment goes through APPTAINERENV_ variables of
+  the apptainer process instead (kit.plan.container_args.to_apptainer_env), at instance start and
+  again at every exec into it (an instance's start environment does not reach exec'd processes).
+  No `--contain`: Ray breaks in its private 64 MB /tmp and /dev/shm.
 - A `docker://` pull rebuilds the SIF (two pulls are not byte-identical): the source digest is
   recorded (from the reference or the image labels) instead of a hash of the SIF
   (kit/runtime/files.py, shared with other file-backed stores).
@@ -35,7 +38,13 @@ from typing import Any
 from kit import proc
 from kit.errors import CommandError, ConfigError, ImageError, KitError, RuntimeUnavailable, StartError
 from kit.images import ContextPlan
-from kit.plan.forms import to_apptainer_exec_argv, to_apptainer_start_argv
+from kit.plan.container_args import (
+    APPTAINER_ENV_PREFIX,
+    SINGULARITY_ENV_PREFIX,
+    to_apptainer_env,
+    to_apptainer_exec_argv,
+    to_apptainer_start_argv,
+)
 from kit.plan.node import ContainerSpec
 from kit.render import shell_quote
 from kit.runtime import files
@@ -146,8 +155,22 @@ class ApptainerRuntime(ContainerRuntime, ImageStore):
         """The planned argv (which names `apptainer`) with this host's binary."""
         return [self.binary, *argv[1:]] if argv and argv[0] == "apptainer" else [self.binary, *argv]
 
-    def _run(self, args: Sequence[str], *, check: bool = True, timeout: float | None = None, what: str = "") -> Any:
-        return proc.run(self._argv(["apptainer", *args]), env=self._env(), check=check, timeout=timeout, what=what)
+    def _run(
+        self,
+        args: Sequence[str],
+        *,
+        check: bool = True,
+        timeout: float | None = None,
+        what: str = "",
+        container_env: Mapping[str, str] | None = None,
+    ) -> Any:
+        env = {**self._env(), **self.container_env(container_env or {})}
+        return proc.run(self._argv(["apptainer", *args]), env=env, check=check, timeout=timeout, what=what)
+
+    def container_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """The container's environment as this binary's prefixed variables (never `--env`)."""
+        prefix = SINGULARITY_ENV_PREFIX if Path(self.binary).name == "singularity" else APPTAINER_ENV_PREFIX
+        return to_apptainer_env(env, prefix=prefix)
 
     def _cluster_dir(self, name: str, cluster: str | None = None) -> Path:
         """Where a node's record and log live: <state>/<cluster>/ (instances carry no labels)."""
@@ -359,7 +382,11 @@ class ApptainerRuntime(ContainerRuntime, ImageStore):
         log = directory / f"{spec.name}.log"
         log.write_text("")
         try:
-            self._run(to_apptainer_start_argv(spec, spec.image)[1:], what=f"{self.binary} instance start")
+            self._run(
+                to_apptainer_start_argv(spec, spec.image)[1:],
+                what=f"{self.binary} instance start",
+                container_env=spec.env,
+            )
         except CommandError as err:
             raise StartError(
                 f"cannot start instance {spec.name} from {spec.image} (exit {err.returncode})",
@@ -381,12 +408,13 @@ class ApptainerRuntime(ContainerRuntime, ImageStore):
             )
             + "\n"
         )
-        self._detach(to_apptainer_exec_argv(spec), log)
+        self._detach(to_apptainer_exec_argv(spec), log, container_env=spec.env)
 
-    def _detach(self, argv: Sequence[str], log: Path) -> None:
+    def _detach(self, argv: Sequence[str], log: Path, *, container_env: Mapping[str, str] | None = None) -> None:
         """Start argv in the background (nohup, own session) with its output appended to log."""
         script = 'log=$1; shift; nohup setsid "$@" >>"$log" 2>&1 </dev/null &'
-        proc.run(["sh", "-c", script, "kit-detach", str(log), *self._argv(argv)], env=self._env())
+        env = {**self._env(), **self.container_env(container_env or {})}
+        proc.run(["sh", "-c", script, "kit-detach", str(log), *self._argv(argv)], env=env)
 
     def remove(self, name: str) -> bool:
         if self.state(name) is None:
@@ -441,10 +469,9 @@ class ApptainerRuntime(ContainerRuntime, ImageStore):
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
     ) -> ExecResult:
-        args = ["exec"]
-        for key, value in (env or {}).items():
-            args += ["--env", f"{key}={value}"]  # never -e: that is --cleanenv
-        result = self._run([*args, f"instance://{node.name}", *argv], check=False, timeout=timeout)
+        result = self._run(
+            ["exec", f"instance://{node.name}", *argv], check=False, timeout=timeout, container_env=env or {}
+        )
         return ExecResult(returncode=result.returncode, stdout=result.stdout, stderr=result.stderr)
 
     def exec_detached(self, node: NodeHandle, argv: Sequence[str]) -> None:

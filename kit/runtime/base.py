@@ -148,7 +148,7 @@ class PullResult:
 
     def to_dict(self) -> dict[str, Any]:
         if self.file is not None:
-            return {**self.file.to_dict(), "ref": self.ref, "digest": self.digest, "runtime": self.runtime}
+            return {**self.file.to_dict(), "ref": self.ref, "digest": self.digest or None, "runtime": self.runtime}
         return {
             "ref": self.ref,
             "digest": self.digest,

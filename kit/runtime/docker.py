@@ -33,7 +33,7 @@ from kit.images import (
     to_docker_build_kwargs,
     write_build_context,
 )
-from kit.plan.forms import to_docker_kwargs
+from kit.plan.container_args import to_docker_kwargs
 from kit.plan.node import ContainerSpec
 from kit.render import shell_words
 from kit.runtime.base import (

@@ -74,6 +74,7 @@ def evaluate(
                 accelerator=accelerator,
             )
         )
+        checks.extend(_container_checks(name, nodes[name]))
     rows = [RayNode.from_view(r) for r in ray] if ray is not None else None
     checks.extend(_cluster.check_cluster(facts, expected_nodes=expected_nodes, ray=rows, ray_error=ray_error))
     if collective is not None:
@@ -93,9 +94,17 @@ def check_node(
     planned_ip: str | None = None,
     accelerator: str = "gpu",
 ) -> list[Check]:
-    return _node.check_node(
+    checks = _node.check_node(
         node, NodeFacts.from_probe(facts), expected_gpus=expected_gpus, planned_ip=planned_ip, accelerator=accelerator
     )
+    return checks + _container_checks(node, facts)
+
+
+def _container_checks(node: str, facts: ProbeJson) -> list[Check]:
+    """What enroot's hooks gave a pyxis/EDF container (none for other runtimes)."""
+    from kit.verify.container_checks import check_container  # it builds on this module
+
+    return check_container(node, facts)
 
 
 def check_cluster(

@@ -1,8 +1,9 @@
 """Stub binaries for running kit's generated shell without a cluster: SLURM (srun, squeue,
 scontrol, sbatch), iproute2 and host tools (ip, hostname, getent, curl, ssh), the engines (vllm,
 ray, python3 for the Ray barrier and version check) and the container runtimes (docker,
-apptainer). Fakes, because these tests run the artefacts with arbitrary hostile values in
-every field; the real components run in tests/integration and tests/slurm.
+apptainer, and pyxis/the CSCS Container Engine inside srun). Fakes, because these tests run the
+artefacts with arbitrary hostile values in every field (and enroot, pyxis and Apptainer cannot be
+installed here); the real components run in tests/integration and tests/slurm.
 
 Every stub appends its argv to $KIT_RECORD (one file per call, NUL-separated words: a value can
 hold anything but NUL), so a test can check that each value arrived verbatim as one word. The
@@ -61,20 +62,12 @@ fi
     "ssh": RECORD,
     "sbatch": RECORD + "echo 4242\n",
     "squeue": RECORD + HOST_STUBS["squeue"],
-    "scontrol": RECORD + HOST_STUBS["scontrol"],
+    # `scontrol show hostnames`: node1..nodeN, the job's nodes in order (the head first), in one
+    # write like the real one (the launcher reads the first line: `| head -n 1` under pipefail).
+    "scontrol": RECORD + 'exec seq -f "node%g" 1 "${SLURM_JOB_NUM_NODES:-1}"\n',
     "getent": RECORD + HOST_STUBS["getent"],
     "hostname": RECORD + 'if [ "${1:-}" = -I ]; then echo 10.9.0.1; else echo node1; fi\n',
     "ip": RECORD + HOST_STUBS["ip"],
-    # srun: skip its options, then run the step once per node, node 0 first (the real srun runs
-    # them on every node at once).
-    "srun": RECORD
-    + """while [ "${1#-}" != "$1" ]; do shift; done
-rc=0
-for ((node = 0; node < SLURM_JOB_NUM_NODES; node++)); do
-  SLURM_NODEID="${node}" "$@" || rc=$?
-done
-exit "${rc}"
-""",
     # The mp node holds its container with `sleep infinity`; the wait loops sleep seconds: a short
     # real pause instead (a loop waiting for something must not spin).
     "sleep": 'if [ "$1" = infinity ]; then exit 0; fi\nexec /bin/sleep 0.02\n',
@@ -97,6 +90,15 @@ with open(os.path.join(record, f"{{time.time_ns() // 1000}}.{{os.getpid()}}"), "
 if name == "docker" and args[:1] != ["run"] or name == "apptainer" and args[:1] != ["exec"]:
     sys.exit(0)  # docker stop, ...
 env, mounts, i = dict(os.environ), {{}}, 1
+if name == "apptainer":
+    # Apptainer's environment: NAME from APPTAINERENV_NAME (kit never passes --env: a comma list).
+    if any(a == "--env" or a.startswith("--env=") for a in args):
+        sys.exit("FAKE apptainer: --env splits values at commas; kit must not use it")
+    given = {{k[len("APPTAINERENV_"):]: v for k, v in os.environ.items() if k.startswith("APPTAINERENV_")}}
+    env.update(given)
+    with open(os.path.join(record, f"{{time.time_ns() // 1000 + 1}}.{{os.getpid()}}"), "wb") as f:
+        words = ["apptainer-env", *(f"{{k}}={{v}}" for k, v in given.items())]
+        f.write(b"".join(os.fsencode(a) + b"\\0" for a in words))
 while args[i].startswith("-"):
     flag, _, value = args[i].partition("=")
     if flag == "--env":
@@ -123,6 +125,68 @@ sys.exit(subprocess.run(["/bin/bash", *command], env=env, cwd=root).returncode)
 """
 
 
+# srun: pyxis-aware (tests/pyxis_fake.py checks the container options and refuses what pyxis does
+# not have). Without container options it runs the step once per node of the step, node 0 first
+# (the real srun runs them at once); the workers' step (--exclude=HEAD) starts after the head's.
+# With them it "starts the container": the environment (srun's, or the EDF's [env]) and the
+# mounts mapped into a private root, as CONTAINER does for docker and apptainer.
+SRUN = f"""#!{sys.executable}
+import os, shutil, subprocess, sys, tempfile, time
+sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
+from tests.pyxis_fake import Invalid, check_pyxis, fail, parse, read_edf
+record = os.environ["KIT_RECORD"]
+args = sys.argv[1:]
+with open(os.path.join(record, f"{{time.time_ns() // 1000}}.{{os.getpid()}}"), "wb") as f:
+    f.write(b"".join(os.fsencode(a) + b"\\0" for a in ["srun", *args]))
+try:
+    step = parse(args)
+    env = dict(os.environ)
+    mounts, given = [], {{}}
+    if step.pyxis:
+        mounts, names = check_pyxis(step, env)
+        given = {{name: env[name] for name in names}}
+    elif step.environment is not None:
+        data, mounts = read_edf(step.environment)
+        given = data.get("env", {{}})
+        env.update(given)
+except Invalid as exc:
+    fail(str(exc))
+if step.container:  # what the container environment holds, recorded like a call
+    with open(os.path.join(record, f"{{time.time_ns() // 1000 + 1}}.{{os.getpid()}}"), "wb") as f:
+        words = ["container-env", *(f"{{k}}={{v}}" for k, v in given.items())]
+        f.write(b"".join(os.fsencode(a) + b"\\0" for a in words))
+nodes = list(range(int(env.get("SLURM_JOB_NUM_NODES", "1"))))
+options = dict(o.partition("=")[::2] for o in step.srun)
+if "--nodelist" in options:
+    nodes = [k for k in nodes if f"node{{k + 1}}" == options["--nodelist"]]
+if "--exclude" in options:
+    nodes = [k for k in nodes if f"node{{k + 1}}" != options["--exclude"]]
+    for _ in range(6000):  # the head's step first, as node 0 first above
+        if os.path.exists(os.path.join(record, ".head-step-done")):
+            break
+        time.sleep(0.01)
+rc = 0
+for k in nodes:
+    print("task prolog: a site's TaskProlog may print to the task's output", flush=True)
+    task = dict(env, SLURM_NODEID=str(k), SLURMD_NODENAME=f"node{{k + 1}}")
+    cwd = None
+    if step.container:
+        cwd = tempfile.mkdtemp(prefix="root-", dir=env["KIT_CONTAINERS"])
+        for m in mounts:
+            if m.target.startswith("/run/kit/") and os.path.isfile(m.source):
+                os.makedirs(os.path.dirname(cwd + m.target), exist_ok=True)
+                shutil.copy(m.source, cwd + m.target)
+        for key, val in list(task.items()):
+            if val == "/tmp/kit" or val.startswith(("/tmp/kit/", "/run/kit/")):
+                task[key] = cwd + val
+        task["KIT_CONTAINER_ROOT"] = cwd
+    rc = subprocess.run(step.command, env=task, cwd=cwd).returncode or rc
+if "--nodelist" in options:
+    open(os.path.join(record, ".head-step-done"), "w").close()
+sys.exit(rc)
+"""
+
+
 @dataclass(frozen=True)
 class Stubs:
     bin: Path
@@ -146,6 +210,7 @@ def make_stubs(directory: Path) -> Stubs:
         (directory / name).write_text("#!/bin/bash\n" + body)
     for name in ("docker", "apptainer"):
         (directory / name).write_text(CONTAINER)
+    (directory / "srun").write_text(SRUN)
     for path in directory.iterdir():
         path.chmod(0o755)
     return Stubs(directory)

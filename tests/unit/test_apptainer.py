@@ -39,6 +39,12 @@ import json, os, sys, time
 args = sys.argv[1:]
 with open(os.environ["KIT_RECORD"], "a") as f:
     f.write(json.dumps([os.path.basename(sys.argv[0])] + args) + "\\n")
+# The container environment arrives as APPTAINERENV_NAME variables (kit never passes --env).
+with open(os.environ["KIT_RECORD"] + ".env", "a") as f:
+    prefixes = ("APPTAINERENV_", "SINGULARITYENV_")
+    f.write(json.dumps({{k: v for k, v in os.environ.items() if k.startswith(prefixes)}}) + "\\n")
+if any(a == "--env" or a.startswith("--env=") for a in args):
+    print("FAKE: kit must not pass --env (a comma list)", file=sys.stderr); sys.exit(97)
 state_file = os.environ["KIT_FAKE_STATE"]
 state = json.load(open(state_file)) if os.path.exists(state_file) else {{"instances": []}}
 def save():
@@ -115,6 +121,12 @@ def recorded(tmp_path: Path) -> list[list[str]]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+def recorded_env(tmp_path: Path) -> list[dict[str, str]]:
+    """The APPTAINERENV_/SINGULARITYENV_ variables of each recorded call, in the same order."""
+    path = tmp_path / "record.jsonl.env"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
 def runtime(tmp_path: Path) -> ApptainerRuntime:
     settings = ApptainerSettings(
         image_dir=str(tmp_path / "images"), cache_dir=str(tmp_path / "cache"), tmp_dir=str(tmp_path / "atmp")
@@ -122,8 +134,8 @@ def runtime(tmp_path: Path) -> ApptainerRuntime:
     return ApptainerRuntime(settings)
 
 
-def apptainer_config(tmp_path: Path) -> KitConfig:
-    return make_config(runtime="apptainer", image=str(tmp_path / "vllm.sif"))
+def apptainer_config(tmp_path: Path, **overrides: object) -> KitConfig:
+    return make_config(runtime="apptainer", image=str(tmp_path / "vllm.sif"), **overrides)
 
 
 def texts(events: list[Progress]) -> list[str]:
@@ -236,10 +248,16 @@ def test_up_path_instance_start_exec_status_logs_down(fake: dict[str, Any]) -> N
     rt.start(spec)
     line = rt.wait_for_mark(spec.name, ["KIT_READY"], timeout=20, on_progress=lambda _: None, what="ready")
     assert line.startswith("KIT_READY")
-    start, exec_ = [a for a in recorded(tmp) if a[1] in ("instance", "exec") and a[2:3] != ["list"]][:2]
+    calls = list(zip(recorded(tmp), recorded_env(tmp), strict=True))
+    (start, start_env), (exec_, exec_env) = [
+        c for c in calls if c[0][1] in ("instance", "exec") and c[0][2:3] != ["list"]
+    ][:2]
     assert start[:4] == ["apptainer", "instance", "start", "--nv"]
     assert start[-2:] == [cfg.image, "kit-llama-head"]
-    assert "--env=VLLM_HOST_IP=10.0.0.1" in start and "-e" not in start
+    assert start_env["APPTAINERENV_VLLM_HOST_IP"] == "10.0.0.1" and "-e" not in start
+    # The node script exec'd into the instance gets the environment too (an instance's start
+    # environment does not reach exec'd processes).
+    assert exec_env == start_env == {f"APPTAINERENV_{k}": v for k, v in spec.env.items()}
     assert "--bind=/etc/kit/hf_token:/run/kit/secrets/hf_token:ro" in start
     assert exec_[:3] == ["apptainer", "exec", "instance://kit-llama-head"] and exec_[3:5] == ["/bin/bash", "-c"]
     [node] = rt.find_nodes("llama")
@@ -253,7 +271,8 @@ def test_up_path_instance_start_exec_status_logs_down(fake: dict[str, Any]) -> N
     assert rt.find_nodes("other") == []
     result = rt.exec(node, ["ray", "status"], env={"A": "1"})
     assert result.returncode == 0 and "ran ray status" in result.stdout
-    assert recorded(tmp)[-1][:4] == ["apptainer", "exec", "--env", "A=1"]
+    assert recorded(tmp)[-1][:3] == ["apptainer", "exec", "instance://kit-llama-head"]
+    assert recorded_env(tmp)[-1] == {"APPTAINERENV_A": "1"}
     assert "KIT_READY" in rt.logs(spec.name) and rt.logs(spec.name, tail=1).startswith("KIT_READY")
     assert rt.remove_cluster("llama") == {"containers": ["kit-llama-head"], "networks": []}
     assert rt.state(spec.name) is None and rt.remove(spec.name) is False
@@ -317,3 +336,57 @@ def test_definition_from_dockerfile_takes_the_final_stage() -> None:
     assert "From: kit/x:1" in text and "BUILD_ONLY" not in text
     assert "    export A=1" in text and "    export B=two" in text
     assert "    x.title kit x" in text and "    x.desc plain" in text
+
+
+def test_comma_values_arrive_whole_and_inject_nothing(fake: dict[str, Any]) -> None:
+    """Apptainer reads --env as a comma list (NCCL_IB_HCA=mlx5_0,mlx5_1 would be split, and
+    `x,LD_PRELOAD=...` would add a variable): kit passes the environment as APPTAINERENV_ variables,
+    one per name, whatever the value holds."""
+    tmp = fake["tmp"]
+    rt = runtime(tmp)
+    cfg = apptainer_config(tmp, env={"NCCL_IB_HCA": "mlx5_0,mlx5_1", "X": "x,LD_PRELOAD=/tmp/evil.so"})
+    spec = plan_node(cfg, HEAD, NodeNet("10.0.0.1", "ib0", "10.0.0.1"))
+    rt.start(spec)
+    start_env = next(env for argv, env in zip(recorded(tmp), recorded_env(tmp), strict=True) if argv[1] == "instance"
+                     and argv[2] == "start")  # fmt: skip
+    assert start_env["APPTAINERENV_NCCL_IB_HCA"] == "mlx5_0,mlx5_1"
+    assert start_env["APPTAINERENV_X"] == "x,LD_PRELOAD=/tmp/evil.so"
+    assert not any("LD_PRELOAD" in key for key in start_env)
+    assert not any(a.startswith("--env") for argv in recorded(tmp) for a in argv)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "char"),
+    [
+        ({"hf_cache": "/data/a,b"}, "hf_cache", ","),
+        ({"mounts": ["/data/x:/in,side"]}, "mounts", ","),
+        ({"env": {"A": "$(touch /tmp/pwned)"}}, "env", "$"),
+        ({"env": {"A": "`id`"}}, "env", "`"),
+    ],
+)
+def test_what_apptainer_would_split_or_expand_is_refused(
+    overrides: dict[str, Any], key: str, char: str, fake: dict[str, Any]
+) -> None:
+    """A bind path with ',' (Apptainer splits --bind at commas) and an environment value with `$`
+    or a backtick (Apptainer's shell evaluates them) are refused with one line naming the key,
+    before anything runs."""
+    from kit.errors import ConfigError
+
+    tmp = fake["tmp"]
+    rt = runtime(tmp)
+    spec = plan_node(apptainer_config(tmp, **overrides), HEAD, NodeNet("10.0.0.1", "ib0", "10.0.0.1"))
+    with pytest.raises(ConfigError) as err:
+        rt.start(spec)
+    assert err.value.key == key and repr(char) in err.value.message and "\n" not in err.value.message
+    assert not any(argv[1:3] == ["instance", "start"] for argv in recorded(tmp))
+
+
+def test_singularity_binary_gets_singularityenv(fake: dict[str, Any]) -> None:
+    tmp = fake["tmp"]
+    (fake["bin"] / "apptainer").unlink()
+    rt = runtime(tmp)
+    rt.start(plan_node(apptainer_config(tmp), HEAD, NodeNet("10.0.0.1", "ib0", "10.0.0.1")))
+    env = next(
+        e for argv, e in zip(recorded(tmp), recorded_env(tmp), strict=True) if argv[1:3] == ["instance", "start"]
+    )
+    assert env["SINGULARITYENV_VLLM_HOST_IP"] == "10.0.0.1" and not any(k.startswith("APPTAINERENV_") for k in env)

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from kit.errors import ConfigError
+from kit.plan.container_args import to_docker_argv, to_docker_kwargs
 from kit.plan.exposure import exposures
 from kit.plan.facts import HEAD, NodeNet, Role
-from kit.plan.forms import to_docker_argv, to_docker_kwargs
 from kit.plan.node import plan_node
 from kit.plan.paths import API_KEY_PATH, RAY_TOKEN_PATH
 from kit.plan.scripts import serve_script

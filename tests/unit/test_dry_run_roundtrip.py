@@ -30,8 +30,26 @@ def printed_commands(text: str) -> list[list[str]]:
     """The command lines `kit up --dry-run` prints under '# command:' (each may span lines: the
     node script is one quoted word), split into argv like the shell would."""
     words = shlex.split(text.split("\n# command:\n", 1)[1])
-    starts = [i for i, w in enumerate(words) if w in ("docker", "apptainer") and (i == 0 or words[i - 1] != "-c")]
+    starts = [
+        i
+        for i, w in enumerate(words)
+        if (i == 0 or words[i - 1] != "-c")
+        and (w in ("docker", "env") or (w == "apptainer" and not (i and _prefix(words[i - 1]))))
+    ]
     return [words[a:b] for a, b in zip(starts, [*starts[1:], len(words)], strict=True)]
+
+
+def _prefix(word: str) -> bool:
+    """A word of an `env NAME=VALUE ... apptainer` prefix (Apptainer's environment, never --env)."""
+    return word == "env" or word.startswith("APPTAINERENV_")
+
+
+def split_env(command: list[str]) -> tuple[dict[str, str], list[str]]:
+    """`env A=1 B=2 apptainer ...` -> ({A: 1, B: 2}, [apptainer, ...])."""
+    if command[0] != "env":
+        return {}, command
+    at = command.index("apptainer")
+    return dict(word.split("=", 1) for word in command[1:at]), command[at:]
 
 
 # ---- Docker: the printed `docker run`, parsed back into containers.run kwargs -------------------
@@ -159,10 +177,12 @@ def test_docker_dry_run_is_what_containers_run_receives(
 
 def test_apptainer_dry_run_is_what_the_adapter_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     ran: list[list[str]] = []
+    envs: list[dict[str, str]] = []
     started: list[str] = []
 
-    def fake_run(argv: Sequence[str], **_: Any) -> subprocess.CompletedProcess[str]:
+    def fake_run(argv: Sequence[str], env: dict[str, str] | None = None, **_: Any) -> subprocess.CompletedProcess[str]:
         ran.append(list(argv))
+        envs.append({k: v for k, v in (env or {}).items() if k.startswith("APPTAINERENV_")})
         if list(argv[1:3]) == ["instance", "start"]:
             started.append(argv[-1])
         listing = {"instances": [{"instance": name, "img": "x"} for name in started]}
@@ -179,12 +199,15 @@ def test_apptainer_dry_run_is_what_the_adapter_runs(tmp_path: Path, monkeypatch:
             "--set", f"hf_cache={tmp_path}", "--set", "infiniband=on"]  # fmt: skip
     code, out, err = run_kit([*args, "--dry-run"])
     assert code == 0, err
-    start, exec_ = printed_commands(out)
+    (start_env, start), (exec_env, exec_) = (split_env(c) for c in printed_commands(out))
+    assert start_env["APPTAINERENV_VLLM_HOST_IP"] and start_env == exec_env
     code, _, err = run_kit([*args, "--no-wait"])
     assert code == 0, err
-    assert start in ran  # `apptainer instance start ...` exactly as printed
-    [detached] = [argv for argv in ran if argv[:2] == ["sh", "-c"]]
+    # `apptainer instance start ...` exactly as printed, with exactly the printed environment
+    assert (start, start_env) in list(zip(ran, envs, strict=True))
+    [(detached, detached_env)] = [(argv, env) for argv, env in zip(ran, envs, strict=True) if argv[:2] == ["sh", "-c"]]
     assert detached[5:] == exec_  # sh -c "nohup setsid ..." kit-detach LOG <the printed exec argv>
+    assert detached_env == exec_env
 
 
 # ---- kit build / kit pull: the printed plan is what the adapter sends ---------------------------

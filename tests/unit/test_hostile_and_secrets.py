@@ -16,8 +16,8 @@ from click.testing import CliRunner
 from kit.cli import cli
 from kit.config import KitConfig, Ray, Timeouts
 from kit.errors import ConfigError
+from kit.plan.container_args import to_apptainer_env, to_apptainer_start_argv, to_docker_argv
 from kit.plan.facts import HEAD, NodeNet, Role
-from kit.plan.forms import to_apptainer_start_argv, to_docker_argv
 from kit.plan.node import plan_node
 from kit.plan.scripts import serve_script
 from tests.conftest import make_config
@@ -122,10 +122,18 @@ def test_hostile_ray_temp_dir_reaches_ray_intact(value: str, tmp_path: Path) -> 
 def test_hostile_values_stay_one_argument_in_commands(value: str) -> None:
     cfg = unchecked(make_config(), hf_cache=f"/data/{value}", env={"EXTRA": value}, mounts=(f"/src/{value}:/dst",))
     spec = plan_node(cfg, HEAD, NodeNet("10.0.0.1", "eth0", "10.0.0.1"))
-    for argv in (to_docker_argv(spec), to_apptainer_start_argv(spec, f"/img/{value}.sif")):
-        assert shlex.split(shlex.join(argv)) == argv
-        assert f"--env=EXTRA={value}" in argv
-        assert any(a.startswith((f"--volume=/data/{value}:", f"--bind=/data/{value}:")) for a in argv)
+    argv = to_docker_argv(spec)
+    assert shlex.split(shlex.join(argv)) == argv
+    assert f"--env=EXTRA={value}" in argv
+    assert any(a.startswith(f"--volume=/data/{value}:") for a in argv)
+    if "$" in value or "`" in value:  # Apptainer's shell would expand them: refused (issue 20)
+        with pytest.raises(ConfigError, match="env"):
+            to_apptainer_start_argv(spec, f"/img/{value}.sif")
+        return
+    argv = to_apptainer_start_argv(spec, f"/img/{value}.sif")
+    assert shlex.split(shlex.join(argv)) == argv
+    assert to_apptainer_env(spec.env)["APPTAINERENV_EXTRA"] == value  # the environment, never --env
+    assert any(a.startswith(f"--bind=/data/{value}:") for a in argv)
 
 
 SECRET_TOKEN = "hf_" + "Zq9" * 12

@@ -10,8 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from kit.plan.container_args import (
+    to_apptainer_env,
+    to_apptainer_exec_argv,
+    to_apptainer_start_argv,
+    to_docker_argv,
+    to_docker_kwargs,
+)
 from kit.plan.facts import NodeNet, Role
-from kit.plan.forms import to_apptainer_exec_argv, to_apptainer_start_argv, to_docker_argv, to_docker_kwargs
 from kit.plan.node import plan_node
 from kit.plan.scripts import serve_script
 from kit.plan.vllm import vllm_serve_argv
@@ -69,7 +75,9 @@ def test_docker_and_apptainer_forms_golden(who: str, golden: Callable[[str, str]
     argv = to_docker_argv(spec)
     argv[argv.index(spec.script)] = f"<node_ray_{who}.sh>"
     golden(f"docker_argv_{who}.txt", fmt_argv(argv))
-    app = [*to_apptainer_start_argv(spec, "/images/vllm.sif"), "&&", *to_apptainer_exec_argv(spec)]
+    # Apptainer's environment is APPTAINERENV_ variables of both commands, never --env (issue 20).
+    env = ["env", *(f"{k}={v}" for k, v in to_apptainer_env(spec.env).items())]
+    app = [*env, *to_apptainer_start_argv(spec, "/images/vllm.sif"), "&&", *env, *to_apptainer_exec_argv(spec)]
     app[app.index(spec.script)] = f"<node_ray_{who}.sh>"
     golden(f"apptainer_{who}.txt", fmt_argv(app))
 

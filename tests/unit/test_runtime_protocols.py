@@ -21,6 +21,7 @@ import pytest
 from kit.runtime.apptainer import ApptainerRuntime
 from kit.runtime.base import ContainerRuntime, ExecResult, ImageStore, NodeHandle
 from kit.runtime.docker import DockerRuntime
+from kit.runtime.enroot import EnrootImages
 from kit.runtime.slurm import JobControl, Slurm
 from tests.conftest import ROOT
 
@@ -30,6 +31,7 @@ ADAPTERS: list[tuple[type[Any], type[Any]]] = [
     (ImageStore, DockerRuntime),
     (ContainerRuntime, ApptainerRuntime),
     (ImageStore, ApptainerRuntime),
+    (ImageStore, EnrootImages),
     (JobControl, Slurm),
 ]
 # What each adapter must define itself (the rest it may inherit): every abstract method, and

@@ -1,6 +1,8 @@
 """Property-based tests (hypothesis) over every piece of shell kit generates (issue 16): node
-entrypoints (Ray head/worker, mp), serve scripts (every role, DP/EP), SLURM launchers (Docker and
-Apptainer × Ray and mp × with and without DP/EP) and the tunnel hint.
+entrypoints (Ray head/worker, mp), serve scripts (every role, DP/EP), SLURM launchers (Docker,
+Apptainer, pyxis and CSCS EDF × Ray and mp × with and without DP/EP) and the tunnel hint. The
+pyxis/EDF launchers run under a fake pyxis-aware srun (tests/pyxis_fake.py: enroot and pyxis
+cannot be installed here) that refuses what pyxis would and emulates the container.
 
 For arbitrary strings in every user-controlled field (newlines, quotes, $(...), backticks, ;,
 &&, lines that end a here-document, a leading '-', unicode) either kit refuses the value with a
@@ -21,6 +23,7 @@ import dataclasses
 import getpass
 import io
 import os
+import re
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tomllib
 import yaml
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
@@ -40,7 +44,7 @@ from kit.errors import KitError
 from kit.plan.facts import HEAD, NodeNet, Role
 from kit.plan.node import plan_node
 from kit.plan.scripts import serve_script
-from kit.plan.slurm import plan_launcher, sbatch_line
+from kit.plan.slurm import plan_launcher, plan_slurm_files, sbatch_line
 from tests.conftest import make_config, shellcheck_bin
 from tests.unit.shellstubs import Stubs, calls, make_stubs
 
@@ -153,8 +157,8 @@ class Example:
     def record(self) -> Path:
         return self.root / "record"
 
-    def secret_file(self, kind: str) -> str:
-        path = self.root / kind / self.v("secret")
+    def secret_file(self, kind: str, name: str | None = None) -> str:
+        path = self.root / kind / (name or self.v("secret"))
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(f"{kind}-content")
         return str(path)
@@ -181,28 +185,43 @@ def stubs(tmp_path_factory: pytest.TempPathFactory) -> Stubs:
     return make_stubs(tmp_path_factory.mktemp("stubs"))
 
 
+# What a runtime refuses by design (each refusal has its own tests): Apptainer's bind paths hold
+# no ',' or ':' and its environment values no '$' or '`' (it splits and expands them); pyxis'
+# mount paths no ',' ':' or blanks; the EDF's none of those nor '$', and no '$' or empty value in
+# its environment. In the values given to those runtimes here, these characters are replaced,
+# so every other hostile byte still goes through the launcher.
+UNFIT_PATH = {"apptainer": r"[,:]", "pyxis": r"[,:\s]", "edf": r"[,:$\s]"}
+UNFIT_ENV = {"apptainer": r"[$`]", "edf": r"[$]"}
+
+
+def fit(value: str, pattern: str | None) -> str:
+    return re.sub(pattern, "_", value) if pattern else value
+
+
 def hostile_config(ex: Example, *, runtime: str = "docker", backend: str = "ray", dp: bool = False) -> KitConfig:
     """A valid config (make_config), then every user-controlled field set to the example's value."""
     layout: dict[str, object] = {"nodes": 2, "gpus_per_node": 2, "model.tp": 2, "model.pp": 2}
     if dp:
         layout = {"nodes": 2, "gpus_per_node": 2, "model.tp": 1, "model.pp": 1, "model.dp": 4, "model.ep": True}
     base = make_config(runtime=runtime, backend=backend, **layout)
-    image = ex.v("image") if runtime == "docker" else ex.path("images", ex.v("secret"))
+    path, secret = UNFIT_PATH.get(runtime), fit(ex.v("secret"), UNFIT_PATH.get(runtime))
+    image = ex.v("image") if runtime == "docker" else ex.path("images", secret)
+    env = fit(ex.v("env"), UNFIT_ENV.get(runtime)) or ("x" if runtime == "edf" else "")
     return dataclasses.replace(
         base,
-        cluster=ex.v("cluster"),
+        cluster=fit(ex.v("cluster"), UNFIT_ENV.get(runtime)) or "c",  # KIT_CLUSTER is in the environment
         image=image,
-        interface=ex.v("interface"),
-        hf_cache=ex.path("hf", ex.v("hf_cache")),
-        hf_token_file=ex.secret_file("hf"),
-        api_key_file=ex.secret_file("key"),
-        ray_token_file=ex.secret_file("ray") if backend == "ray" else None,
-        env={"NCCL_IB_HCA": ex.v("env")},
-        mounts=(f"{ex.path('src', ex.v('mount'))}:/data",),
+        interface=fit(ex.v("interface"), r"\s" if runtime in ("pyxis", "edf") else None),  # node table: words
+        hf_cache=ex.path("hf", fit(ex.v("hf_cache"), path)),
+        hf_token_file=ex.secret_file("hf", secret),
+        api_key_file=ex.secret_file("key", secret),
+        ray_token_file=ex.secret_file("ray", secret) if backend == "ray" else None,
+        env={"NCCL_IB_HCA": env},
+        mounts=(f"{ex.path('src', fit(ex.v('mount'), path))}:/data",),
         model=dataclasses.replace(
             base.model, id=ex.v("model"), served_name=ex.v("served"), extra_args=("--x", ex.v("extra"))
         ),
-        ray=dataclasses.replace(base.ray, temp_dir=ex.v("temp_dir")),
+        ray=dataclasses.replace(base.ray, temp_dir=fit(ex.v("temp_dir"), path if runtime == "apptainer" else None)),
         # 0: the scripts give up at once (the config layer refuses 0; set here, past it)
         timeouts=dataclasses.replace(base.timeouts, join=0),
     )
@@ -321,7 +340,16 @@ def test_serve_scripts_run_nothing_and_pass_values_verbatim(
 
 # ---- SLURM launchers: the launcher, srun's node step, the container, the scripts inside it ------
 
-VARIANTS = [(rt, be, lay) for rt in ("docker", "apptainer") for be in ("ray", "mp") for lay in ("tp-pp", "dp-ep")]
+RUNTIMES = ("docker", "apptainer", "pyxis", "edf")
+VARIANTS = [(rt, be, lay) for rt in RUNTIMES for be in ("ray", "mp") for lay in ("tp-pp", "dp-ep")]
+
+
+def launcher_text(ex: Example, cfg: KitConfig) -> str:
+    """The launcher (written with its EDF files beside it, in the example's directory)."""
+    files = plan_slurm_files(cfg, ex.path("launcher.sbatch"))
+    for name, text in files.items():
+        Path(name).write_text(text)
+    return files[ex.path("launcher.sbatch")]
 
 
 def run_launcher(ex: Example, stubs: Stubs, text: str, nodes: int) -> subprocess.CompletedProcess[str]:
@@ -345,22 +373,28 @@ def check_launcher_run(ex: Example, cfg: KitConfig, result: subprocess.Completed
     assert "KIT_SERVER_READY url=http://10.9.0.1:8000 model=" in result.stdout, out
     assert "tunnel: ssh -N -L 8000:10.9.0.1:8000 alice@login1" in result.stdout, out
     runtime = cfg.runtime
-    runs = [argv for argv in ex.calls(runtime) if argv[:1] == (["run"] if runtime == "docker" else ["exec"])]
-    assert len(runs) == cfg.nodes, out
-    mount = "--volume" if runtime == "docker" else "--bind"
-    for argv in runs:
-        assert f"--env=KIT_CLUSTER={cfg.cluster}" in argv and f"--env=NCCL_IB_HCA={cfg.env['NCCL_IB_HCA']}" in argv
-        assert f"{mount}={cfg.hf_cache}:/root/.cache/huggingface" in argv
-        assert f"{mount}={cfg.hf_token_file}:/run/kit/secrets/hf_token:ro" in argv
-        assert f"{mount}={cfg.mounts[0]}" in argv
-        assert cfg.image in argv
-        if runtime == "docker":
-            assert f"--label=kit.cluster={cfg.cluster}" in argv
-    head, *workers = runs
-    assert f"{mount}={cfg.api_key_file}:/run/kit/secrets/api_key:ro" in head
-    assert not any(f"{mount}={cfg.api_key_file}:/run/kit/secrets/api_key:ro" in w for w in workers)
-    if cfg.ray_token_file:
-        assert all(f"{mount}={cfg.ray_token_file}:/run/kit/secrets/ray_token:ro" in argv for argv in runs)
+    if runtime in ("pyxis", "edf"):
+        check_enroot_steps(ex, cfg, out)
+    else:
+        runs = [argv for argv in ex.calls(runtime) if argv[:1] == (["run"] if runtime == "docker" else ["exec"])]
+        assert len(runs) == cfg.nodes, out
+        envs = ex.calls("apptainer-env") if runtime == "apptainer" else [a for a in runs]
+        assert len(envs) == cfg.nodes, out
+        env = "" if runtime == "apptainer" else "--env="  # Apptainer: APPTAINERENV_, never --env
+        mount = "--volume" if runtime == "docker" else "--bind"
+        for argv, given in zip(runs, envs, strict=True):
+            assert f"{env}KIT_CLUSTER={cfg.cluster}" in given and f"{env}NCCL_IB_HCA={cfg.env['NCCL_IB_HCA']}" in given
+            assert f"{mount}={cfg.hf_cache}:/root/.cache/huggingface" in argv
+            assert f"{mount}={cfg.hf_token_file}:/run/kit/secrets/hf_token:ro" in argv
+            assert f"{mount}={cfg.mounts[0]}" in argv
+            assert cfg.image in argv
+            if runtime == "docker":
+                assert f"--label=kit.cluster={cfg.cluster}" in argv
+        head, *workers = runs
+        assert f"{mount}={cfg.api_key_file}:/run/kit/secrets/api_key:ro" in head
+        assert not any(f"{mount}={cfg.api_key_file}:/run/kit/secrets/api_key:ro" in w for w in workers)
+        if cfg.ray_token_file:
+            assert all(f"{mount}={cfg.ray_token_file}:/run/kit/secrets/ray_token:ro" in argv for argv in runs)
     if cfg.interface and cfg.interface != "auto":
         assert ["-4", "-o", "addr", "show", "dev", cfg.interface] in ex.calls("ip")
     vllm = ex.calls("vllm")
@@ -375,6 +409,47 @@ def check_launcher_run(ex: Example, cfg: KitConfig, result: subprocess.Completed
         assert any(a[:2] == ["start", "--address=10.9.0.1:6379"] for a in ex.calls("ray"))  # the worker joined
 
 
+def check_enroot_steps(ex: Example, cfg: KitConfig, out: str) -> None:
+    """pyxis/EDF: the head's step and the workers' step each started a container (the fake srun
+    accepted every option), with the mounts and the environment verbatim; only the head's mounts
+    the API key; the node table gave each node its own address."""
+    container = ("--container-image=", "--environment=")
+    steps = [argv for argv in ex.calls("srun") if any(a.startswith(container) for a in argv)]
+    steps.sort(key=lambda argv: not any(a.startswith("--nodelist=") for a in argv))  # the head's first
+    assert len(steps) == 2, out  # the head's, the workers'
+    envs = ex.calls("container-env")
+    assert len(envs) == 2, out
+    mounts = []
+    for argv in steps:
+        if cfg.runtime == "pyxis":
+            [image] = [a.removeprefix("--container-image=") for a in argv if a.startswith("--container-image=")]
+            assert image == cfg.image
+            [listed] = [a.removeprefix("--container-mounts=") for a in argv if a.startswith("--container-mounts=")]
+            mounts.append(listed.split(","))
+            assert "--no-container-mount-home" in argv and "--no-container-entrypoint" in argv
+        else:
+            [edf] = [a.removeprefix("--environment=") for a in argv if a.startswith("--environment=")]
+            data = tomllib.loads(Path(edf).read_text())
+            assert data["image"] == cfg.image and data["entrypoint"] is False
+            mounts.append(data["mounts"])
+    for env in envs:
+        assert f"KIT_CLUSTER={cfg.cluster}" in env and f"NCCL_IB_HCA={cfg.env['NCCL_IB_HCA']}" in env
+    for listed in mounts:
+        assert f"{cfg.hf_cache}:/root/.cache/huggingface" in listed
+        assert f"{cfg.hf_token_file}:/run/kit/secrets/hf_token:ro" in listed and cfg.mounts[0] in listed
+        if cfg.ray_token_file:
+            assert f"{cfg.ray_token_file}:/run/kit/secrets/ray_token:ro" in listed
+    head, workers = mounts
+    assert f"{cfg.api_key_file}:/run/kit/secrets/api_key:ro" in head
+    assert f"{cfg.api_key_file}:/run/kit/secrets/api_key:ro" not in workers
+    interface = "ib0" if cfg.interface == "auto" else cfg.interface
+    assert f"kit: node 1 on node2: 10.9.0.1 via {interface}" in out
+    if cfg.backend == "mp":  # the worker's rank came from the node table, inside its container
+        worker = ex.calls("vllm")[-1]
+        for flag, rank in (("--node-rank", "1"), ("--data-parallel-start-rank", "2")):
+            assert flag not in worker or worker[worker.index(flag) + 1] == rank, worker
+
+
 @pytest.mark.parametrize(("runtime", "backend", "layout"), VARIANTS)
 @PROPERTY
 @given(values=VALUES)
@@ -384,7 +459,7 @@ def test_slurm_launchers_run_nothing_and_pass_values_verbatim(
 ) -> None:
     with example_dir(values) as ex:
         cfg = hostile_config(ex, runtime=runtime, backend=backend, dp=layout == "dp-ep")
-        text = refused(lambda: plan_launcher(cfg))
+        text = refused(lambda: launcher_text(ex, cfg))
         if text is None:
             ex.assert_nothing_ran()
             return
@@ -401,7 +476,7 @@ def test_slurm_launchers_run_nothing_and_pass_values_verbatim(
 def test_generated_shell_passes_shellcheck(runtime: str, backend: str, layout: str, values: Values) -> None:
     with example_dir(values) as ex:
         cfg = hostile_config(ex, runtime=runtime, backend=backend, dp=layout == "dp-ep")
-        texts = [refused(lambda: plan_launcher(cfg)), refused(lambda: serve_script(cfg, HEAD))]
+        texts = [refused(lambda: launcher_text(ex, cfg)), refused(lambda: serve_script(cfg, HEAD))]
         for role in (HEAD, Role("worker", 1)):
             texts.append(refused(lambda role=role: plan_node(cfg, role, NET[role.kind]).script))
         for text in texts:

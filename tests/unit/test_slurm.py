@@ -236,6 +236,8 @@ RECORD = f"""#!{sys.executable}
 import json, os, sys
 with open(os.environ["KIT_RECORD"], "a") as f:
     f.write(json.dumps([os.path.basename(sys.argv[0])] + sys.argv[1:]) + "\\n")
+with open(os.environ["KIT_RECORD"] + ".env", "a") as f:
+    f.write(json.dumps({{k: v for k, v in os.environ.items() if k.startswith("APPTAINERENV_")}}) + "\\n")
 """
 
 
@@ -292,8 +294,13 @@ def test_launcher_runs_and_hostile_values_stay_one_argument(runtime: str, hostil
     script = argv[argv.index("-c") + 1]
     assert script == container_scripts(cfg)["KIT_HEAD_SCRIPT"]  # type: ignore[arg-type]  # byte for byte
     assert argv[-1] == f"kit-llama-head-{job}"
-    assert "--env=VLLM_HOST_IP=10.9.0.1" in argv
-    assert "--env=NCCL_SOCKET_IFNAME=ib0" in argv and "--env=KIT_HEAD_ADDRESS=10.9.0.1" in argv
+    if runtime == "apptainer":  # the environment in APPTAINERENV_ variables, never --env (issue 20)
+        [env] = [json.loads(line) for line in (tmp_path / "record.jsonl.env").read_text().splitlines()]
+        assert env["APPTAINERENV_VLLM_HOST_IP"] == "10.9.0.1" and not any(a.startswith("--env") for a in argv)
+        assert env["APPTAINERENV_NCCL_SOCKET_IFNAME"] == "ib0" and env["APPTAINERENV_KIT_HEAD_ADDRESS"] == "10.9.0.1"
+    else:
+        assert "--env=VLLM_HOST_IP=10.9.0.1" in argv
+        assert "--env=NCCL_SOCKET_IFNAME=ib0" in argv and "--env=KIT_HEAD_ADDRESS=10.9.0.1" in argv
     mount = "--bind" if runtime == "apptainer" else "--volume"
     assert f"{mount}={token}:/run/kit/secrets/hf_token:ro" in argv
     assert f"{mount}={hf}:/root/.cache/huggingface" in argv
