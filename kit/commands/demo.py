@@ -3,29 +3,30 @@ tiny model with vLLM (TP=2 across them), answer an OpenAI-style request, and are
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import ipaddress
 import os
 import secrets
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from kit import client, resources
-from kit.commands._common import absolutize, json_option
+from kit import client, labels, resources
+from kit.cluster import Cluster
+from kit.cluster.status import render
+from kit.commands._options import json_option
 from kit.commands._params import Count, KitCommand
-from kit.commands.serve import serve_cluster
-from kit.commands.status import collect, render
-from kit.commands.up import plan_up, start_node
-from kit.config import load_config
+from kit.config import KitConfig, load_config
 from kit.errors import ConfigError, ImageError
+from kit.image_build import build_docker
 from kit.output import emit, progress
-from kit.plan.facts import HEAD, Role
-from kit.plan.topology import check_image
+from kit.plan.checks import check_image
+from kit.plan.roles import Role
 from kit.runtime.docker import DockerRuntime
 from kit.state import state_dir
 
@@ -103,7 +104,6 @@ def ensure_cpu_image(
     rt: DockerRuntime, tag: str, *, base_image: str | None, ca_bundle: Path | None, as_json: bool
 ) -> str:
     from kit import proc
-    from kit.commands.build import build_docker
     from kit.images import plan_build_context
 
     if rt.image_info(tag):
@@ -133,7 +133,7 @@ def ensure_cpu_image(
             extra_args=None if wheels else {"TORCH_INDEX_URL": TORCH_INDEX},
         )
         progress(f"building {tag} (vLLM CPU build + Ray; several minutes the first time)", as_json=as_json)
-        build_docker(plan, as_json=as_json)
+        build_docker(plan, rt, as_json=as_json)
     return "built"
 
 
@@ -146,7 +146,7 @@ def ensure_model(rt: DockerRuntime, image: str, hf_cache: Path) -> str:
         image,
         ["python3", "/opt/kit/make_tiny_model.py", "--out", "/hf/hub"],
         volumes={str(hf_cache): "/hf"},
-        labels={"kit.managed": "true", "kit.demo": "model"},
+        labels={labels.MANAGED: labels.MANAGED_TRUE, labels.DEMO: "model"},
     )
     if result.returncode != 0:
         raise ImageError("generating the tiny model failed", details=result.stderr.splitlines()[-10:])
@@ -238,81 +238,36 @@ def command(
       5. tear everything down (kit down), unless --keep
     """
     started = time.monotonic()
-
-    def say(text: str) -> None:
-        progress(text, as_json=as_json)
-
+    say = functools.partial(progress, as_json=as_json)
     image = image or ("kit/vllm:v0.32.0" if gpus else CPU_IMAGE)
     check_settings(cluster=cluster, image=image, subnet=subnet, gpus=gpus)
     rt = DockerRuntime()
-    say(f"[1/5] engine image {image}")
-    if gpus:
-        if not rt.image_info(image):
-            raise ImageError(f"{image} is not on this host", hint="build it with `kit build vllm` (or pass --image)")
-        image_state = "reused"
-    else:
-        image_state = ensure_cpu_image(rt, image, base_image=base_image, ca_bundle=ca_bundle, as_json=as_json)
-    hf_cache = state_dir() / "demo-hf"
-    say(f"[1/5] tiny model {DEMO_MODEL} in {hf_cache}")
-    model_state = ensure_model(rt, image, hf_cache)
-    key_file = state_dir() / "demo-api-key"
-    ensure_api_key(key_file)
+    prepared = prepare(rt, image, gpus=gpus, base_image=base_image, ca_bundle=ca_bundle, as_json=as_json)
     if prepare_only:
-        ready = {"image": image, "image_state": image_state, "model_state": model_state, "hf_cache": str(hf_cache)}
         emit(
-            "demo", ready, as_json=as_json, text=f"ready: {image} ({image_state}), model in {hf_cache} ({model_state})"
+            "demo",
+            prepared,
+            as_json=as_json,
+            text=f"ready: {image} ({prepared['image_state']}), model in {prepared['hf_cache']} "
+            f"({prepared['model_state']})",
         )
         return
-
-    subnet = subnet or free_subnet(rt.used_subnets())
     overrides = demo_settings(
-        cluster=cluster, image=image, hf_cache=hf_cache, api_key_file=key_file, subnet=subnet, gpus=gpus
+        cluster=cluster,
+        image=image,
+        hf_cache=Path(prepared["hf_cache"]),
+        api_key_file=state_dir() / "demo-api-key",
+        subnet=subnet or free_subnet(rt.used_subnets()),
+        gpus=gpus,
     )
-    resolved = absolutize(load_config(environ={}, cwd=Path("/nonexistent"), overrides=overrides))
-    config = resolved.config
-    rt.remove_cluster(config.cluster)  # a clean slate: leftovers of an earlier demo go
-    result: dict[str, Any] = {
-        "cluster": config.cluster,
-        "image": image,
-        "image_state": image_state,
-        "model_state": model_state,
-    }
-    try:
-        for role in (Role("worker", 1), HEAD):
-            node_config = config if not gpus else config.replace(gpus="1" if not role.is_head else "0")
-            spec, net = plan_up(dataclasses.replace(resolved, config=node_config), role)
-            say(f"[2/5] kit up --{role.kind}: {spec.name} at {net.ip}")
-            start_node(node_config, spec, replace=True, wait=True, as_json=as_json)
-        say("[3/5] kit serve: vllm serve across 2 nodes (TP=2), waiting for /health")
-        served = serve_cluster(config, rt, on_progress=say)
-        result["serve"] = served
-        say("[4/5] kit status")
-        status = collect(config, rt, ray=False)
-        result["status"] = status
-        if not as_json:
-            click.echo(render(status))
-        key = client.read_key(str(key_file))
-        models = client.list_models(served["url"], key)
-        answer = client.chat(served["url"], key, models[0]["id"], prompt, max_tokens=max_tokens)
-        result["query"] = {
-            "models": [m["id"] for m in models],
-            "prompt": prompt,
-            "answer": answer.text,
-            "finish_reason": answer.finish_reason,
-            "completion_tokens": answer.completion_tokens,
-            "latency_s": round(answer.latency_s, 3),
-        }
-        say(f"[4/5] kit query: {served['url']}/v1/chat/completions")
-    except BaseException:
-        if not keep:
-            say("demo failed: removing its containers (use --keep to leave them for `kit logs`)")
-            rt.remove_cluster(config.cluster)
-        raise
+    demo = Cluster.load(None, overrides, environ={}, cwd=Path("/nonexistent"), runtime=rt)
+    result: dict[str, Any] = {"cluster": demo.config.cluster, **{k: prepared[k] for k in STATES}}
+    result.update(run(demo, prompt, max_tokens, keep=keep, gpus=gpus, say=say, as_json=as_json))
     if keep:
         say(f"[5/5] left running (--keep): kit status --cluster {cluster}; kit down --cluster {cluster}")
     else:
         say("[5/5] kit down")
-        rt.remove_cluster(config.cluster)
+        demo.down()
     result["kept"] = keep
     result["seconds"] = round(time.monotonic() - started, 1)
     q = result["query"]
@@ -327,3 +282,72 @@ def command(
             "(the model has random weights: the words are nonsense, the serving is real)"
         ),
     )
+
+
+STATES = ("image", "image_state", "model_state")
+
+
+def prepare(
+    rt: DockerRuntime, image: str, *, gpus: bool, base_image: str | None, ca_bundle: Path | None, as_json: bool
+) -> dict[str, Any]:
+    """Step 1: the engine image (built when missing), the tiny model and the API key."""
+    progress(f"[1/5] engine image {image}", as_json=as_json)
+    if gpus:
+        if not rt.image_info(image):
+            raise ImageError(f"{image} is not on this host", hint="build it with `kit build vllm` (or pass --image)")
+        image_state = "reused"
+    else:
+        image_state = ensure_cpu_image(rt, image, base_image=base_image, ca_bundle=ca_bundle, as_json=as_json)
+    hf_cache = state_dir() / "demo-hf"
+    progress(f"[1/5] tiny model {DEMO_MODEL} in {hf_cache}", as_json=as_json)
+    model_state = ensure_model(rt, image, hf_cache)
+    ensure_api_key(state_dir() / "demo-api-key")
+    return {"image": image, "image_state": image_state, "model_state": model_state, "hf_cache": str(hf_cache)}
+
+
+def run(
+    demo: Cluster, prompt: str, max_tokens: int, *, keep: bool, gpus: bool, say: Callable[[str], None], as_json: bool
+) -> dict[str, Any]:
+    """Steps 2-4 (kit up, kit serve, kit status, kit query) on a clean slate; on any failure
+    (Ctrl-C too) the cluster is removed unless --keep."""
+    demo.down()  # a clean slate: leftovers of an earlier demo go
+    try:
+        demo.bring_up(
+            on_progress=lambda line: say(f"[2/5] {line}"),
+            node_progress=say,
+            node_config=functools.partial(gpu_of, demo.config) if gpus else None,
+        )
+        say("[3/5] kit serve: vllm serve across 2 nodes (TP=2), waiting for /health")
+        served = demo.serve(on_progress=say)
+        say("[4/5] kit status")
+        status = demo.status(ray=False)
+        if not as_json:
+            click.echo(render(status))
+        query = ask(served.url, demo.config.api_key_file, prompt, max_tokens)
+        say(f"[4/5] kit query: {served.url}/v1/chat/completions")
+    except BaseException:
+        if not keep:
+            say("demo failed: removing its containers (use --keep to leave them for `kit logs`)")
+            demo.down()
+        raise
+    return {"serve": served.to_dict(), "status": status.to_dict(), "query": query}
+
+
+def gpu_of(config: KitConfig, role: Role) -> KitConfig:
+    """--gpus on one host: the worker gets GPU 1, the head GPU 0."""
+    return config.replace(gpus="0" if role.is_head else "1")
+
+
+def ask(url: str, key_file: str | None, prompt: str, max_tokens: int) -> dict[str, Any]:
+    """kit query's chat, once: the answer and its numbers."""
+    key = client.read_key(key_file)
+    models = client.list_models(url, key)
+    answer = client.chat(url, key, models[0]["id"], prompt, max_tokens=max_tokens)
+    return {
+        "models": [m["id"] for m in models],
+        "prompt": prompt,
+        "answer": answer.text,
+        "finish_reason": answer.finish_reason,
+        "completion_tokens": answer.completion_tokens,
+        "latency_s": round(answer.latency_s, 3),
+    }

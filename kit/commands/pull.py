@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from kit.commands._common import config_options, json_option, overrides_from, resolve
+from kit.cluster.resolve import resolve
+from kit.commands._options import config_options, json_option, overrides_from
 from kit.commands._params import KitCommand
 from kit.config import KitConfig
 from kit.errors import ImageError, KitError, RuntimeUnavailable

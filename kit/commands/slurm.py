@@ -8,7 +8,8 @@ from typing import Any
 
 import click
 
-from kit.commands._common import check_plan, check_secret_files, config_options, json_option, overrides_from, resolve
+from kit.cluster.resolve import Resolution, check_plan, check_secret_files, refuse_guessed, resolve
+from kit.commands._options import config_options, json_option, overrides_from
 from kit.commands._params import KitCommand, writable
 from kit.errors import ConfigError
 from kit.output import emit, progress
@@ -91,20 +92,26 @@ def command(
       kit status --slurm JOBID               # queue state and the ready line
       kit down --slurm JOBID                 # scancel, and nothing is left running
     """
-    resolved = resolve(config_path, overrides_from(flags, FLAG_KEYS, set_values))
-    config, sources = resolved.config, resolved.sources
-    check_plan(resolved)
+    resolution = resolve(config_path, overrides_from(flags, FLAG_KEYS, set_values))
+    config, sources = resolution.config, resolution.resolved.sources
+    # Every node of the job must run the same layout, and the nodes' files are not the files of
+    # this host: `auto` that this host could only guess is refused (issue 17).
+    refuse_guessed(resolution.layout, "slurm")
+    check_plan(resolution)
     check_slurm_config(config, sources)
     if submit:
         check_secret_files(config, sources)  # the launcher checks again on every node
     text = plan_launcher(config, exclusive=exclusive)
+    layout = layout_fields(resolution)
     if out_path is None and not submit:
-        emit("slurm", {"launcher": text}, as_json=as_json, text=text.rstrip("\n"))
+        progress(layout_line(resolution), as_json=as_json)
+        emit("slurm", {"launcher": text, **layout}, as_json=as_json, text=text.rstrip("\n"))
         return
     path = Path(out_path or f"kit-{config.cluster}.sbatch")
     writable(path, "--out")  # one line before anything is written (a missing folder, a folder)
     _write_atomically(path, text)
-    result: dict[str, Any] = {"path": str(path), "nodes": config.nodes, "runtime": config.runtime}
+    result: dict[str, Any] = {"path": str(path), "nodes": config.nodes, "runtime": config.runtime, **layout}
+    progress(layout_line(resolution), as_json=as_json)
     if not submit:
         emit("slurm", result, as_json=as_json, text=f"wrote {path} (submit it with: {shell_words(['sbatch', path])})")
         return
@@ -125,6 +132,22 @@ def command(
             f"  stop:   kit down --slurm {job}"
         ),
     )
+
+
+def layout_fields(resolution: Resolution) -> dict[str, Any]:
+    """The launcher's layout for --json: the numbers and how they were decided."""
+    layout = resolution.layout
+    return {
+        "parallel": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "ep": layout.ep},
+        "layout_from": layout.decided_by,
+    }
+
+
+def layout_line(resolution: Resolution) -> str:
+    """One stderr line: the layout the launcher runs and how it was decided (kit's own words and
+    numbers: nothing a user wrote)."""
+    layout = resolution.layout
+    return f"kit slurm: layout {layout.describe()} (decided by: {layout.decided_by})"
 
 
 def _write_atomically(path: Path, text: str) -> None:

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from kit.errors import ImageError, RuntimeUnavailable, StartError
-from kit.plan.facts import HEAD, NodeNet
+from kit.plan.network import NodeNet
 from kit.plan.node import plan_node
+from kit.plan.roles import HEAD
 from kit.runtime.apptainer import ApptainerRuntime, definition_from_dockerfile, digest_from, pull_uri, sif_name
 from tests.conftest import ROOT
 from tests.unit.test_plan import make_config

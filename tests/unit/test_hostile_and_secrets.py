@@ -16,9 +16,10 @@ from click.testing import CliRunner
 from kit.cli import cli
 from kit.config import KitConfig, Ray, Timeouts
 from kit.errors import ConfigError
-from kit.plan.facts import HEAD, NodeNet, Role
 from kit.plan.forms import to_apptainer_start_argv, to_docker_argv
+from kit.plan.network import NodeNet
 from kit.plan.node import plan_node
+from kit.plan.roles import HEAD, Role
 from kit.plan.scripts import serve_script
 from tests.unit.test_plan import make_config
 

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from kit.config import KitConfig, load_config
-from kit.plan.facts import NodeNet, Role
 from kit.plan.forms import to_apptainer_exec_argv, to_apptainer_start_argv, to_docker_argv, to_docker_kwargs
+from kit.plan.network import NodeNet
 from kit.plan.node import plan_node
+from kit.plan.roles import Role
 from kit.plan.scripts import serve_script
 from kit.plan.vllm import vllm_serve_argv
 from tests.conftest import shellcheck_bin

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from kit import resources, state
+from kit import image_build, resources, state
 from kit.cli import main
 from kit.commands import build as build_cmd
 from kit.commands import pull as pull_cmd
@@ -136,9 +136,9 @@ def test_build_event_helpers() -> None:
 
 def test_build_error_names_the_step_not_the_whole_run_line() -> None:
     message = "The command '/bin/bash -o pipefail -c pip install a \\\n && b' returned a non-zero code: 1"
-    short = build_cmd.shorten_build_error(message, "kit/x:1", "Step 14/26 : RUN pip install ...")
+    short = image_build.shorten_build_error(message, "kit/x:1", "Step 14/26 : RUN pip install ...")
     assert short == "build of kit/x:1 failed: Step 14/26 exited with code 1"
-    assert build_cmd.shorten_build_error("other", "kit/x:1", None) == "other"
+    assert image_build.shorten_build_error("other", "kit/x:1", None) == "other"
 
 
 # ---- context plan -------------------------------------------------------------------------
@@ -196,7 +196,7 @@ def test_plan_build_context_files_and_buildargs(tmp_path: Path) -> None:
     assert bare.buildargs == {} and bare.tag == "me/demo:1"
 
     dest = tmp_path / "ctx"
-    build_cmd.write_build_context(plan, dest)
+    image_build.write_build_context(plan, dest)
     written = sorted(p.relative_to(dest).as_posix() + ("/" if p.is_dir() else "") for p in dest.rglob("*"))
     assert written == plan.layout()
     assert (dest / "ca" / "extra.crt").read_text() == PEM
@@ -508,6 +508,6 @@ def test_build_context_holds_real_wheel_files_not_symlinks(tmp_path: Path) -> No
         "cpu", resources.container_dir("cpu"), probe_files=resources.probe_files(), wheels_dir=wheels
     )
     dest = tmp_path / "ctx"
-    build_cmd.write_build_context(plan, dest)
+    image_build.write_build_context(plan, dest)
     copied = dest / "wheels" / real.name
     assert copied.is_file() and not copied.is_symlink() and copied.read_bytes() == b"wheel bytes"
