@@ -12,6 +12,8 @@ import click
 
 from kit.bench import results
 from kit.bench.load import build_load
+from kit.bench.measure import Load
+from kit.bench.runner import Target
 from kit.bench.target import cluster_info, resolve_target
 from kit.cluster import Cluster
 from kit.commands._options import cluster_overrides, config_options, json_option, load_options
@@ -85,34 +87,16 @@ def command(
       kit bench --plot tp.png --from tp1.json --from tp2.json
     """
     if compare:
-        a, b = results.load(compare[0]), results.load(compare[1])
-        rows = results.compare(a, b)
-        emit(
-            "bench",
-            {"compare": [str(p) for p in compare], "rows": rows},
-            as_json=as_json,
-            text=lambda: results.render_compare(rows, a, b),
-        )
+        show_compare(compare, as_json=as_json)
         return
     if from_files:
-        if not plot_path:
-            raise UsageError(
-                "--from only goes with --plot", hint="kit bench --plot out.png --from a.json --from b.json"
-            )
-        from kit.bench.plot import plot
-
-        writable(plot_path, "--plot")
-        docs = [results.load(p, "--from") for p in from_files]
-        plot(docs, [p.stem for p in from_files], plot_path)
-        emit("bench", {"plot": str(plot_path)}, as_json=as_json, text=f"wrote {plot_path}")
+        plot_saved(from_files, plot_path, as_json=as_json)
         return
     if plot_path and not has_matplotlib():  # fail before the run, not after it
         raise UsageError(
             "--plot needs matplotlib, which is not installed",
             hint="pip install 'kit[plot]' (or pip install matplotlib)",
         )
-    from kit.bench import measure
-    from kit.output import LiveLine
     from kit.state import state_dir
 
     load = build_load(flags)  # a malformed dataset fails here, before any request
@@ -120,33 +104,16 @@ def command(
     writable(plot_path, "--plot")
     readable(api_key_file, "--api-key-file")
     measured = Cluster.load(config_path, cluster_overrides(cluster, set_values))
-    config = measured.config
     target, key = resolve_target(
         measured, url, api_key_file, model, ignore_eos=flags["ignore_eos"], timeout_s=flags["request_timeout"]
     )
-    version = measure.server_version(target.base_url, key)
-    doc = results.new_document(
-        target={"url": target.base_url, "model": target.model},
-        load=load.to_dict(),
-        cluster=cluster_info(measured, target.base_url, version, target.model),
-    )
-    save_to = None if no_save else (output or results.default_path(state_dir(), config.cluster))
-    progress(
-        f"kit bench: {len(load.prompts)} requests x {len(load.points)} point(s) "
-        f"against {target.base_url} ({target.model})",
-        as_json=as_json,
-    )
-    live = LiveLine(as_json=as_json)
-    measure.interrupt_on_sigterm()
-    stopped = measure.run_load(target, load, doc, save_to=save_to, live=live)
-    measure.finish(doc, stopped, save_to)
+    save_to = None if no_save else (output or results.default_path(state_dir(), measured.config.cluster))
+    doc = run(measured, target, key, load, save_to, as_json=as_json)
     if plot_path:
         from kit.bench.plot import plot
 
-        plot([doc], [config.cluster], plot_path)
-    summary = {k: v for k, v in doc.items()}
-    summary["saved_to"] = str(save_to) if save_to else None
-    summary["plot"] = str(plot_path) if plot_path else None
+        plot([doc], [measured.config.cluster], plot_path)
+    summary = {**doc, "saved_to": str(save_to) if save_to else None, "plot": str(plot_path) if plot_path else None}
 
     def text() -> str:
         lines = [results.render(doc)]
@@ -157,3 +124,51 @@ def command(
         return "\n".join(lines)
 
     emit("bench", summary, as_json=as_json, text=text)
+
+
+def run(
+    measured: Cluster, target: Target, key: str | None, load: Load, save_to: Path | None, *, as_json: bool
+) -> dict[str, Any]:
+    """Every load point against the target; the document (saved after each point)."""
+    from kit.bench import measure
+    from kit.output import LiveLine
+
+    version = measure.server_version(target.base_url, key)
+    doc = results.new_document(
+        target={"url": target.base_url, "model": target.model},
+        load=load.to_dict(),
+        cluster=cluster_info(measured, target.base_url, version, target.model),
+    )
+    progress(
+        f"kit bench: {len(load.prompts)} requests x {len(load.points)} point(s) "
+        f"against {target.base_url} ({target.model})",
+        as_json=as_json,
+    )
+    measure.interrupt_on_sigterm()
+    stopped = measure.run_load(target, load, doc, save_to=save_to, live=LiveLine(as_json=as_json))
+    measure.finish(doc, stopped, save_to)
+    return doc
+
+
+def show_compare(compare: tuple[Path, Path], *, as_json: bool) -> None:
+    """--compare A B: B/A ratios of two saved results; runs nothing."""
+    a, b = results.load(compare[0]), results.load(compare[1])
+    rows = results.compare(a, b)
+    emit(
+        "bench",
+        {"compare": [str(p) for p in compare], "rows": rows},
+        as_json=as_json,
+        text=lambda: results.render_compare(rows, a, b),
+    )
+
+
+def plot_saved(from_files: tuple[Path, ...], plot_path: Path | None, *, as_json: bool) -> None:
+    """--plot PNG --from A --from B: plot saved results; runs nothing."""
+    if not plot_path:
+        raise UsageError("--from only goes with --plot", hint="kit bench --plot out.png --from a.json --from b.json")
+    from kit.bench.plot import plot
+
+    writable(plot_path, "--plot")
+    docs = [results.load(p, "--from") for p in from_files]
+    plot(docs, [p.stem for p in from_files], plot_path)
+    emit("bench", {"plot": str(plot_path)}, as_json=as_json, text=f"wrote {plot_path}")
