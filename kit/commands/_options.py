@@ -40,6 +40,16 @@ def config_options(func: F) -> F:
     return func
 
 
+def layout_options(func: F) -> F:
+    """--tp, --pp, --dp and --ep/--no-ep (model.tp/pp/dp/ep; `auto` is kit.plan.layout's)."""
+    ep_help = "Expert parallelism for MoE layers over TP×DP GPUs (--enable-expert-parallel)."
+    func = click.option("--ep/--no-ep", default=None, help=ep_help)(func)
+    func = click.option("--dp", help="Data parallel size (engine replicas), or auto.")(func)
+    func = click.option("--pp", help="Pipeline parallel size, or auto.")(func)
+    func = click.option("--tp", help="Tensor parallel size, or auto.")(func)
+    return func
+
+
 def json_option(func: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print one JSON document (for machines).")(func)
 

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from kit.cluster.resolve import Resolution, check_plan, check_secret_files, refuse_guessed, resolve
-from kit.commands._options import config_options, json_option, overrides_from
+from kit.commands._options import config_options, json_option, layout_options, overrides_from
 from kit.commands._params import KitCommand, writable
 from kit.errors import ConfigError
 from kit.output import emit, progress
@@ -49,12 +49,7 @@ FLAG_KEYS = {
 @click.option("--accelerator", type=click.Choice(["gpu", "cpu"]), help="gpu, or cpu (vLLM CPU build).")
 @click.option("--image", help="Image reference, or a SIF path with --runtime apptainer.")
 @click.option("--model", help="Model id or path.")
-@click.option("--tp", help="Tensor parallel size, or auto.")
-@click.option("--pp", help="Pipeline parallel size, or auto.")
-@click.option("--dp", help="Data parallel size (engine replicas), or auto.")
-@click.option(
-    "--ep/--no-ep", default=None, help="Expert parallelism for MoE layers over TP×DP GPUs (--enable-expert-parallel)."
-)
+@layout_options
 @click.option("--interface", help="Interface every node uses (e.g. ib0); default: the route to the head.")
 @click.option("--account", help="#SBATCH --account (slurm.account).")
 @click.option("--partition", help="#SBATCH --partition (slurm.partition).")
@@ -83,11 +78,13 @@ def command(
     starts every node's container (Apptainer or Docker; Ray or mp backend), a readiness wait bounded
     by the walltime, and a KIT_SERVER_READY line with the URL and SSH tunnel in the job output.
     Secrets stay in their files (hf_token_file, api_key_file, ray_token_file), read at run time, never written.
+    model.tp/model.pp `auto` needs the model's config.json on this host (else set them): every
+    node of the job must run the same layout.
 
     \b
     Examples:
-      kit slurm --nodes 2 --gpus-per-node 4 --runtime apptainer --image ~/images/vllm.sif \\
-                --backend mp --partition gpu --account p200 -o serve.sbatch
+      kit slurm --nodes 2 --gpus-per-node 4 --tp 4 --pp 2 --runtime apptainer \\
+                --image ~/images/vllm.sif --backend mp --partition gpu --account p200 -o serve.sbatch
       kit slurm --submit                     # write kit-CLUSTER.sbatch, sbatch it, print the job id
       kit status --slurm JOBID               # queue state and the ready line
       kit down --slurm JOBID                 # scancel, and nothing is left running

@@ -9,7 +9,7 @@ import click
 
 from kit.cluster import Cluster, NodePlan
 from kit.cluster.resolve import guessed_warning
-from kit.commands._options import config_options, json_option, overrides_from, role_from_flags
+from kit.commands._options import config_options, json_option, layout_options, overrides_from, role_from_flags
 from kit.commands._params import KitCommand
 from kit.output import emit, progress, warn
 from kit.plan.exposure import exposures
@@ -52,12 +52,7 @@ FLAG_KEYS = {
 @click.option("--nodes", type=int, help="Nodes in the cluster.")
 @click.option("--gpus-per-node", type=int, help="GPUs per node.")
 @click.option("--gpus", help="'all' or indices like 0,1.")
-@click.option("--tp", help="Tensor parallel size, or auto.")
-@click.option("--pp", help="Pipeline parallel size, or auto.")
-@click.option("--dp", help="Data parallel size (engine replicas), or auto.")
-@click.option(
-    "--ep/--no-ep", default=None, help="Expert parallelism for MoE layers over TP×DP GPUs (--enable-expert-parallel)."
-)
+@layout_options
 @click.option("--model", help="Model id or path.")
 @click.option("--network", help="Docker network for local multi-node simulation (fixed IP per node).")
 @click.option("--timeout", type=int, help="Seconds to wait for the node to be ready (timeouts.join).")
