@@ -11,8 +11,6 @@ from typing import Any, TypeVar
 import click
 
 from kit import validate
-from kit.bench.load import MAX_INPUT_LEN, MAX_OUTPUT_LEN, MAX_PROMPTS
-from kit.bench.runner import MAX_IN_FLIGHT
 from kit.commands._params import Count, Number
 from kit.config import SCHEMA, parse_scalar
 from kit.errors import ConfigError, UsageError
@@ -84,7 +82,11 @@ def overrides_from(
 
 
 def load_options(func: F) -> F:
-    """The load flags `kit bench` and `kit tune` share."""
+    """The load flags `kit bench` and `kit tune` share (their bounds imported here, not at the top:
+    kit.bench pulls in requests, which the other verbs do not need)."""
+    from kit.bench.load import MAX_INPUT_LEN, MAX_OUTPUT_LEN, MAX_PROMPTS
+    from kit.bench.runner import MAX_IN_FLIGHT
+
     options = [
         click.option(
             "--dataset",
