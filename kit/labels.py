@@ -37,12 +37,6 @@ MAX_MODEL_LEN = "kit.max-model-len"
 MANAGED_TRUE = "true"
 
 
-def managed_filter(cluster: str | None = None) -> list[str]:
-    """Docker label filters for kit's objects (of one cluster when named)."""
-    items = [f"{MANAGED}={MANAGED_TRUE}"]
-    return [*items, f"{CLUSTER}={cluster}"] if cluster is not None else items
-
-
 @dataclass(frozen=True)
 class LayoutLabels:
     """What a node was started to serve: the layout, how it was decided, the model."""
