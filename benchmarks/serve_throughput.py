@@ -201,7 +201,7 @@ def kit_config(cluster: str, net: str, subnet: str, image: str, hf: Path) -> dic
 def planned_serve_argv(config_file: Path) -> list[str]:
     """The `vllm serve` argv kit plans for this config (kit's pure planner, no side effects)."""
     from kit.config import load_config
-    from kit.plan.facts import HEAD
+    from kit.plan.roles import HEAD
     from kit.plan.vllm import vllm_serve_argv
 
     config = load_config(str(config_file), environ={}, cwd=config_file.parent).config

@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
 from kit import safeload, validate
 from kit.errors import ConfigError
+
+if TYPE_CHECKING:
+    from kit.plan.layout import Layout
 
 
 @dataclass(frozen=True)
@@ -27,7 +31,6 @@ class Spec:
     help: str
     choices: tuple[str, ...] = ()
     optional: bool = False  # None allowed
-    secret: bool = False  # value is a path to a secret; shown, but the secret never read here
     text: str = "name"  # kit.validate.RULES kind of the string (of each item, for lists and dicts)
     low: int | None = None  # inclusive bounds of an int (int_auto: of its number)
     high: int | None = None
@@ -142,15 +145,10 @@ SCHEMA: dict[str, Spec] = {
         None,
         "file holding the HF token (mounted read-only; HF_TOKEN_PATH)",
         optional=True,
-        secret=True,
         text="path",
     ),
-    "api_key_file": Spec(
-        "str", None, "file holding the API key for the server", optional=True, secret=True, text="path"
-    ),
-    "ray_token_file": Spec(
-        "str", None, "file holding the Ray token (Ray token auth)", optional=True, secret=True, text="path"
-    ),
+    "api_key_file": Spec("str", None, "file holding the API key for the server", optional=True, text="path"),
+    "ray_token_file": Spec("str", None, "file holding the Ray token (Ray token auth)", optional=True, text="path"),
     "ipc_host": Spec("bool", True, "share the host IPC namespace (--ipc=host); false uses shm_size"),
     "shm_size": Spec("size", "16g", "/dev/shm size when ipc_host is false (e.g. 10.24g)"),
     "env": Spec(
@@ -283,47 +281,41 @@ class KitConfig:
     apptainer: Apptainer
     enroot: Enroot
     slurm: Slurm
+    # How model.tp/pp/dp were decided, set by kit.cluster.resolve when it applies the layout
+    # planner with the model's facts (None: this config alone decides, see `layout`).
+    layout_from: str | None = None
 
     @property
     def tp(self) -> int:
-        """Resolved tensor parallel size (auto = GPUs per node; with a fixed DP > 1, the GPUs of one
-        replica: nodes × GPUs per node / (DP × PP); with DP auto, one node's GPUs / PP)."""
-        if self.model.tp != "auto":
-            return int(self.model.tp)
-        if self.model.dp == "auto":
-            return max(1, self.gpus_per_node // self.pp)
-        if self._fixed_dp > 1:
-            return max(1, self.nodes * self.gpus_per_node // (self._fixed_dp * self.pp))
-        return self.gpus_per_node
+        """Tensor parallel size: the number set, or for `auto` what kit.plan.layout decides without
+        the model's files. Commands resolve `auto` with the model's files first
+        (kit.cluster.resolve), so for them this is the layout they show and record."""
+        return self.layout.tp
 
     @property
     def pp(self) -> int:
-        """Resolved pipeline parallel size (auto = nodes; 1 with DP auto or > 1, where every replica
-        stays inside one node: the same whether DP is still auto or already resolved)."""
-        if self.model.pp != "auto":
-            return int(self.model.pp)
-        return 1 if self.replicated else self.nodes
+        """Pipeline parallel size (as `tp`: kit.plan.layout)."""
+        return self.layout.pp
 
     @property
     def dp(self) -> int:
-        """Resolved data parallel size (auto = nodes × GPUs per node / (TP × PP), at least 1)."""
-        if self.model.dp == "auto":
-            return max(1, self.nodes * self.gpus_per_node // (self.tp * self.pp))
-        return int(self.model.dp)
+        """Data parallel size (as `tp`: kit.plan.layout)."""
+        return self.layout.dp
 
     @property
     def dp_local(self) -> int:
-        """DP ranks on each node (vLLM's --data-parallel-size-local); topology checks make it exact."""
+        """DP ranks on each node (vLLM's --data-parallel-size-local); the checks make it exact."""
         return max(1, self.dp // self.nodes)
 
-    @property
-    def replicated(self) -> bool:
-        """Data parallel (DP auto or > 1): every replica stays inside one node."""
-        return self.model.dp == "auto" or self._fixed_dp > 1
+    @functools.cached_property
+    def layout(self) -> Layout:
+        """The layout (kit.plan.layout): decided with the model's facts when kit.cluster.resolve
+        applied it (then every value is a number and `layout_from` says how), else from this
+        config alone (tests, a config built without a host)."""
+        from kit.plan.layout import plan_layout
 
-    @property
-    def _fixed_dp(self) -> int:
-        return 1 if self.model.dp == "auto" else int(self.model.dp)
+        layout = plan_layout(self, None)
+        return dataclasses.replace(layout, decided_by=self.layout_from) if self.layout_from else layout
 
     @property
     def served_name(self) -> str:

@@ -46,10 +46,6 @@ class KitError(Exception):
         }
 
 
-class NotImplementedYet(KitError):
-    exit_code = ExitCode.FAILURE
-
-
 class UsageError(KitError):
     exit_code = ExitCode.USAGE
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.errors import ConfigError
+from kit.plan.layout import ModelFacts
 
 LAYOUT_RE = re.compile(r"^tp(\d+)(?:[-_]?pp(\d+))?(?:[-_]?dp(\d+))?([-_]?ep)?$")
 
@@ -84,24 +85,22 @@ def candidates(
     *,
     accelerator: str = "gpu",
     backend: str = "mp",
-    attention_heads: int | None = None,
-    kv_heads: int | None = None,
-    experts: int | None = None,
+    model: ModelFacts | None = None,
 ) -> list[Layout]:
     """Every layout on 1..nodes whole nodes that vLLM can run. TP × PP: TP a power of two that
-    divides the head counts (when known); no PP on CPU (vLLM's CPU build asserts in PP across
-    nodes, FIELD_NOTES §7). Data parallel: replicas of TP GPUs inside a node, DP ranks spread
-    evenly over the nodes (not on CPU with the Ray backend, which kit refuses); with EP too when
-    the model has experts that split over TP×DP, except on CPU, where vLLM's EP fails on the first
-    request (tests/integration/test_dp_cluster.py). Smallest first, so a short budget still measures the
-    cheap layouts."""
+    splits the model's heads when its facts are known (kit.sizing's rule); no PP on CPU (vLLM's
+    CPU build asserts in PP across nodes, FIELD_NOTES §7). Data parallel: replicas of TP GPUs
+    inside a node, DP ranks spread evenly over the nodes (not on CPU with the Ray backend, which
+    kit refuses); with EP too when the model has experts that split over TP×DP, except on CPU,
+    where vLLM's EP fails on the first request (tests/integration/test_dp_cluster.py). Smallest
+    first, so a short budget still measures the cheap layouts."""
     out: list[Layout] = []
+    experts = model.experts if model is not None else None
     for n in range(1, nodes + 1):
         total = n * gpus_per_node
         tp = 1
         while tp <= total:
-            fits_heads = all(h is None or h % tp == 0 for h in (attention_heads, kv_heads))
-            if total % tp == 0 and fits_heads:
+            if total % tp == 0 and (model is None or model.splits_heads(tp)):
                 pp = total // tp
                 if not (accelerator == "cpu" and pp > 1):
                     out.append(Layout(tp, pp))

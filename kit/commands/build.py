@@ -15,13 +15,14 @@ import click
 
 import kit.runtime as runtimes
 from kit import resources, validate
-from kit.commands._common import config_options, json_option, overrides_from, resolve
+from kit.cluster.resolve import resolve
+from kit.commands._options import config_options, json_option, overrides_from
 from kit.commands._params import KitCommand
 from kit.errors import ConfigError, UsageError
 from kit.images import plan_build_context
 from kit.imaging import build_image
 from kit.output import emit
-from kit.plan.topology import is_image_ref
+from kit.plan.checks import is_image_ref
 from kit.render import shell_words
 from kit.runtime.base import BuildPlan
 from kit.state import images_file

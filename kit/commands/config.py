@@ -6,7 +6,8 @@ from typing import Any
 
 import click
 
-from kit.commands._common import config_options, json_option, resolve_cluster
+from kit.cluster.resolve import resolve
+from kit.commands._options import cluster_overrides, config_options, json_option
 from kit.commands._params import KitGroup
 from kit.config import SCHEMA, redacted_value
 from kit.output import emit, table
@@ -25,7 +26,7 @@ def show(config_path: str | None, cluster: str | None, set_values: tuple[str, ..
 
     Secrets are never shown: kit only knows the paths of the files that hold them.
     """
-    resolved = resolve_cluster(config_path, cluster, set_values)
+    resolved = resolve(config_path, cluster_overrides(cluster, set_values)).resolved
     rows = [(key, redacted_value(key, value), source) for key, value, source in resolved.show()]
     result: dict[str, Any] = {
         "path": resolved.path,

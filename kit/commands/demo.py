@@ -1,165 +1,32 @@
 """`kit demo`: kit's whole job on one machine. Two container "nodes" with distinct IPs serve a
-tiny model with vLLM (TP=2 across them), answer an OpenAI-style request, and are torn down."""
+tiny model with vLLM (TP=2 across them), answer an OpenAI-style request, and are torn down.
+The steps are kit.demo's; this module parses the flags and prints."""
 
 from __future__ import annotations
 
-import dataclasses
-import ipaddress
-import os
-import secrets
-import tempfile
+import functools
 import time
 from pathlib import Path
 from typing import Any
 
 import click
 
-from kit import client, resources
-from kit.commands._common import absolutize, json_option
+from kit.cluster import Cluster
+from kit.commands._options import json_option
 from kit.commands._params import Count, KitCommand
-from kit.commands.serve import serve_cluster
-from kit.commands.status import collect, render
-from kit.commands.up import plan_up, start_node
-from kit.config import load_config
-from kit.errors import ConfigError, ImageError
+from kit.demo import (
+    CPU_IMAGE,
+    DEFAULT_BASE,
+    STATES,
+    api_key_path,
+    check_settings,
+    demo_settings,
+    free_subnet,
+    prepare,
+    run,
+)
 from kit.output import emit, progress
-from kit.plan.facts import HEAD, Role
-from kit.plan.topology import check_image
 from kit.runtime.docker import DockerRuntime
-from kit.state import state_dir
-
-DEMO_MODEL = "kit/tiny-llama"
-DEFAULT_BASE = "kit/debian-base:bookworm"
-CPU_IMAGE = "kit/vllm-cpu:0.32.0"
-SYSTEM_CA = Path("/etc/ssl/certs/ca-certificates.crt")
-TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
-
-
-def demo_settings(
-    *, cluster: str, image: str, hf_cache: Path, api_key_file: Path, subnet: str, gpus: bool
-) -> dict[str, tuple[Any, str]]:
-    values: dict[str, Any] = {
-        "cluster": cluster,
-        "image": image,
-        "backend": "mp",
-        "accelerator": "gpu" if gpus else "cpu",
-        "nodes": 2,
-        "gpus_per_node": 1,
-        "model.tp": 2,
-        "model.pp": 1,
-        "model.id": DEMO_MODEL,
-        "model.served_name": "tiny",
-        "model.max_model_len": 2048,
-        "model.extra_args": ["--enforce-eager"],
-        "network": f"kit-{cluster}",
-        "network_subnet": subnet,
-        "ipc_host": False,
-        "shm_size": "2g",
-        "hf_cache": str(hf_cache),
-        "api_key_file": str(api_key_file),
-        "env": {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"},
-        "timeouts.join": 120,
-        "timeouts.ready": 600,
-    }
-    return {k: (v, "kit demo") for k, v in values.items()}
-
-
-def ensure_cpu_image(
-    rt: DockerRuntime, tag: str, *, base_image: str | None, ca_bundle: Path | None, as_json: bool
-) -> str:
-    from kit import proc
-    from kit.images import plan_build_context
-    from kit.imaging import build_image
-
-    if rt.image_info(tag):
-        return "reused"
-    base = base_image or DEFAULT_BASE
-    if base == DEFAULT_BASE and not rt.image_info(base):
-        progress(f"building the Debian base image {base} (debootstrap, about a minute)", as_json=as_json)
-        script = resources.containers_dir() / "base" / "build-debian-base.sh"
-        try:
-            proc.run(["bash", str(script), base], what="building the Debian base image", timeout=1800)
-        except Exception as exc:
-            raise ImageError(
-                f"cannot build {base}: {getattr(exc, 'message', exc)}",
-                hint="run as root on Debian, or pass --base-image python:3.11-slim-bookworm",
-            ) from None
-    ca = ca_bundle or (SYSTEM_CA if SYSTEM_CA.is_file() else None)
-    with tempfile.TemporaryDirectory(prefix="kit-wheels-") as tmp:
-        wheels = resources.torch_wheelhouse(Path(tmp))
-        plan = plan_build_context(
-            "cpu",
-            resources.container_dir("cpu"),
-            probe_files=resources.probe_files(),
-            tag=tag,
-            ca_bundle=ca,
-            wheels_dir=wheels,
-            base_image=base,
-            extra_args=None if wheels else {"TORCH_INDEX_URL": TORCH_INDEX},
-        )
-        progress(f"building {tag} (vLLM CPU build + Ray; several minutes the first time)", as_json=as_json)
-        build_image(rt, rt.plan_build(plan), as_json=as_json)
-    return "built"
-
-
-def ensure_model(rt: DockerRuntime, image: str, hf_cache: Path) -> str:
-    snapshots = hf_cache / "hub" / "models--kit--tiny-llama" / "snapshots"
-    if any(snapshots.glob("*/config.json")):
-        return "reused"
-    hf_cache.mkdir(parents=True, exist_ok=True)
-    result = rt.run_once(
-        image,
-        ["python3", "/opt/kit/make_tiny_model.py", "--out", "/hf/hub"],
-        volumes={str(hf_cache): "/hf"},
-        labels={"kit.managed": "true", "kit.demo": "model"},
-    )
-    if result.returncode != 0:
-        raise ImageError("generating the tiny model failed", details=result.stderr.splitlines()[-10:])
-    return "generated"
-
-
-def free_subnet(used: list[str]) -> str:
-    """The first 172.30.x.0/24 that overlaps no existing Docker network."""
-    import ipaddress
-
-    taken = [ipaddress.ip_network(u, strict=False) for u in used if ":" not in u]
-    for third in range(77, 255):
-        candidate = ipaddress.ip_network(f"172.30.{third}.0/24")
-        if not any(candidate.overlaps(t) for t in taken):
-            return str(candidate)
-    raise ImageError("no free 172.30.x.0/24 subnet for the demo network", hint="pass --subnet")
-
-
-def check_settings(*, cluster: str, image: str, subnet: str | None, gpus: bool) -> None:
-    """The demo's settings checked like any kit.yaml before the first build or container: the
-    same config it will load, with a stand-in subnet until a free one is picked."""
-    if subnet is not None:
-        try:
-            net = ipaddress.ip_network(subnet, strict=False)
-        except ValueError:
-            raise ConfigError(
-                f"{subnet!r} is not a subnet", key="--subnet", hint="e.g. --subnet 172.30.9.0/24"
-            ) from None
-        if net.version != 4 or net.prefixlen > 28:
-            raise ConfigError(f"{subnet} is not an IPv4 /28 or wider", key="--subnet", hint="e.g. 172.30.9.0/24")
-    overrides = demo_settings(
-        cluster=cluster,
-        image=image,
-        hf_cache=state_dir() / "demo-hf",
-        api_key_file=state_dir() / "demo-api-key",
-        subnet=subnet or "172.30.0.0/24",
-        gpus=gpus,
-    )
-    resolved = load_config(environ={}, cwd=Path("/nonexistent"), overrides=overrides)
-    check_image(resolved.config, resolved.sources)
-
-
-def ensure_api_key(path: Path) -> None:
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_urlsafe(24))
 
 
 @click.command(name="demo", cls=KitCommand, free_text=("prompt",))
@@ -203,81 +70,37 @@ def command(
       5. tear everything down (kit down), unless --keep
     """
     started = time.monotonic()
-
-    def say(text: str) -> None:
-        progress(text, as_json=as_json)
-
+    say = functools.partial(progress, as_json=as_json)
     image = image or ("kit/vllm:v0.32.0" if gpus else CPU_IMAGE)
     check_settings(cluster=cluster, image=image, subnet=subnet, gpus=gpus)
     rt = DockerRuntime()
-    say(f"[1/5] engine image {image}")
-    if gpus:
-        if not rt.image_info(image):
-            raise ImageError(f"{image} is not on this host", hint="build it with `kit build vllm` (or pass --image)")
-        image_state = "reused"
-    else:
-        image_state = ensure_cpu_image(rt, image, base_image=base_image, ca_bundle=ca_bundle, as_json=as_json)
-    hf_cache = state_dir() / "demo-hf"
-    say(f"[1/5] tiny model {DEMO_MODEL} in {hf_cache}")
-    model_state = ensure_model(rt, image, hf_cache)
-    key_file = state_dir() / "demo-api-key"
-    ensure_api_key(key_file)
+    prepared = prepare(rt, image, gpus=gpus, base_image=base_image, ca_bundle=ca_bundle, as_json=as_json)
     if prepare_only:
-        ready = {"image": image, "image_state": image_state, "model_state": model_state, "hf_cache": str(hf_cache)}
         emit(
-            "demo", ready, as_json=as_json, text=f"ready: {image} ({image_state}), model in {hf_cache} ({model_state})"
+            "demo",
+            prepared,
+            as_json=as_json,
+            text=f"ready: {image} ({prepared['image_state']}), model in {prepared['hf_cache']} "
+            f"({prepared['model_state']})",
         )
         return
-
-    subnet = subnet or free_subnet(rt.used_subnets())
     overrides = demo_settings(
-        cluster=cluster, image=image, hf_cache=hf_cache, api_key_file=key_file, subnet=subnet, gpus=gpus
+        cluster=cluster,
+        image=image,
+        hf_cache=Path(prepared["hf_cache"]),
+        api_key_file=api_key_path(),
+        subnet=subnet or free_subnet(rt.used_subnets()),
+        gpus=gpus,
     )
-    resolved = absolutize(load_config(environ={}, cwd=Path("/nonexistent"), overrides=overrides))
-    config = resolved.config
-    rt.remove_cluster(config.cluster)  # a clean slate: leftovers of an earlier demo go
-    result: dict[str, Any] = {
-        "cluster": config.cluster,
-        "image": image,
-        "image_state": image_state,
-        "model_state": model_state,
-    }
-    try:
-        for role in (Role("worker", 1), HEAD):
-            node_config = config if not gpus else config.replace(gpus="1" if not role.is_head else "0")
-            spec, net = plan_up(dataclasses.replace(resolved, config=node_config), role)
-            say(f"[2/5] kit up --{role.kind}: {spec.name} at {net.ip}")
-            start_node(node_config, spec, replace=True, wait=True, as_json=as_json)
-        say("[3/5] kit serve: vllm serve across 2 nodes (TP=2), waiting for /health")
-        served = serve_cluster(config, rt, on_progress=say)
-        result["serve"] = served
-        say("[4/5] kit status")
-        status = collect(config, rt, ray=False)
-        result["status"] = status
-        if not as_json:
-            click.echo(render(status))
-        key = client.read_key(str(key_file))
-        models = client.list_models(served["url"], key)
-        answer = client.chat(served["url"], key, models[0]["id"], prompt, max_tokens=max_tokens)
-        result["query"] = {
-            "models": [m["id"] for m in models],
-            "prompt": prompt,
-            "answer": answer.text,
-            "finish_reason": answer.finish_reason,
-            "completion_tokens": answer.completion_tokens,
-            "latency_s": round(answer.latency_s, 3),
-        }
-        say(f"[4/5] kit query: {served['url']}/v1/chat/completions")
-    except BaseException:
-        if not keep:
-            say("demo failed: removing its containers (use --keep to leave them for `kit logs`)")
-            rt.remove_cluster(config.cluster)
-        raise
+    demo = Cluster.load(None, overrides, environ={}, cwd=Path("/nonexistent"), runtime=rt)
+    result: dict[str, Any] = {"cluster": demo.config.cluster, **{k: prepared[k] for k in STATES}}
+    show = (lambda _: None) if as_json else click.echo
+    result.update(run(demo, prompt, max_tokens, keep=keep, gpus=gpus, say=say, show=show))
     if keep:
         say(f"[5/5] left running (--keep): kit status --cluster {cluster}; kit down --cluster {cluster}")
     else:
         say("[5/5] kit down")
-        rt.remove_cluster(config.cluster)
+        demo.down()
     result["kept"] = keep
     result["seconds"] = round(time.monotonic() - started, 1)
     q = result["query"]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from kit.commands._common import config_options, json_option, resolve_cluster
+from kit.cluster import Cluster
+from kit.commands._options import cluster_overrides, config_options, json_option
 from kit.commands._params import KitCommand
 from kit.output import emit
-from kit.runtime import get_runtime
 
 
 @click.command(name="down", cls=KitCommand)
@@ -31,16 +31,14 @@ def command(
         done = get_job_control().cancel(slurm_job, on_progress=lambda line: progress(line, as_json=as_json))
         emit("down", {"slurm": done.to_dict()}, as_json=as_json, text=done.render)
         return
-    resolved = resolve_cluster(config_path, cluster, set_values)
-    name = resolved.config.cluster
-    removed = get_runtime(resolved.config).remove_cluster(name)
+    down = Cluster.load(config_path, cluster_overrides(cluster, set_values)).down()
     emit(
         "down",
-        {"cluster": name, **removed},
+        down.to_dict(),
         as_json=as_json,
         text=lambda: (
-            f"cluster {name}: removed {len(removed['containers'])} container(s)"
-            + (f" ({', '.join(removed['containers'])})" if removed["containers"] else "")
-            + (f" and {len(removed['networks'])} network(s)" if removed.get("networks") else "")
+            f"cluster {down.cluster}: removed {len(down.containers)} container(s)"
+            + (f" ({', '.join(down.containers)})" if down.containers else "")
+            + (f" and {len(down.networks)} network(s)" if down.networks else "")
         ),
     )

@@ -16,7 +16,8 @@ from typing import Any
 
 import click
 
-from kit.commands._common import config_options, json_option, resolve_cluster
+from kit.cluster.resolve import resolve
+from kit.commands._options import cluster_overrides, config_options, json_option
 from kit.commands._params import KitCommand
 from kit.config import KitConfig
 from kit.errors import ConfigError, VerifyFailed
@@ -88,7 +89,7 @@ def command(
     set_values: tuple[str, ...],
     as_json: bool,
 ) -> None:
-    resolved = resolve_cluster(config_path, cluster, set_values)
+    resolved = resolve(config_path, cluster_overrides(cluster, set_values)).resolved
     config = resolved.config
     repo = (
         check_repo_id(model, source="argument MODEL")

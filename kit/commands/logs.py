@@ -6,7 +6,8 @@ import time
 
 import click
 
-from kit.commands._common import config_options, resolve_cluster
+from kit.cluster.resolve import resolve
+from kit.commands._options import cluster_overrides, config_options
 from kit.commands._params import Count, KitCommand
 from kit.errors import ConfigError, StartError
 from kit.plan.scripts import SERVE_LOG
@@ -34,7 +35,7 @@ def command(
     """Show a node's logs (the Ray/entrypoint output), or with --serve the vLLM server's log."""
     if tail != "all" and not (tail.isascii() and tail.isdigit() and len(tail) <= 9):
         raise ConfigError(f"{tail[:20]!r} is not a line count", key="--tail", hint="pass a number of lines, or all")
-    resolved = resolve_cluster(config_path, cluster, set_values)
+    resolved = resolve(config_path, cluster_overrides(cluster, set_values))
     runtime = get_runtime(resolved.config)
     nodes = [
         n for n in runtime.find_nodes(resolved.config.cluster) if n.role == role and (rank is None or n.rank == rank)

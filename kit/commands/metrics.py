@@ -15,7 +15,8 @@ from typing import Any
 import click
 
 from kit import metrics, observe, validate
-from kit.commands._common import config_options, json_option, resolve_cluster
+from kit.cluster import Cluster
+from kit.commands._options import cluster_overrides, config_options, json_option
 from kit.commands._params import KitCommand
 from kit.config import KitConfig
 from kit.errors import ConfigError, KitError
@@ -72,16 +73,17 @@ def command(
       kit metrics --interval 10 --json
       kit metrics --prometheus /etc/prometheus/kit/$(hostname).json
     """
-    config = resolve_cluster(config_path, cluster, set_values).config
+    served = Cluster.load(config_path, cluster_overrides(cluster, set_values))
+    config = served.config
     if url is not None:
         _check_url(url)
     if prometheus_file not in (None, "-"):
         _writable(prometheus_file)  # before anything is asked of the runtime (issue 16)
-    nodes = _local_nodes(config)
+    nodes = _local_nodes(served)
     if prometheus_file is not None:
         _write_targets(config, nodes, prometheus_file, as_json=as_json)
         return
-    base = (url or f"http://{_head_ip(config, nodes) or '127.0.0.1'}:{config.ports.api}").rstrip("/")
+    base = (url or served.url(nodes)).rstrip("/")
     result = top(base, config, interval)
     emit("metrics", result, as_json=as_json, text=lambda: render(result))
 
@@ -147,12 +149,10 @@ def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def _local_nodes(config: KitConfig) -> list[NodeHandle]:
+def _local_nodes(cluster: Cluster) -> list[NodeHandle]:
     """The cluster's node containers on this host; none where no runtime answers (a laptop)."""
-    from kit.runtime import get_runtime
-
     try:
-        return get_runtime(config).find_nodes(config.cluster)
+        return cluster.nodes()
     except KitError:
         return []
 

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from kit import sizing
-from kit.commands._common import overrides_from
+from kit.commands._options import overrides_from
 from kit.commands._params import KitCommand
 from kit.config import load_config
 from kit.errors import ConfigError, UsageError

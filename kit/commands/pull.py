@@ -12,7 +12,8 @@ from __future__ import annotations
 import click
 
 import kit.runtime as runtimes
-from kit.commands._common import config_options, json_option, overrides_from, resolve
+from kit.cluster.resolve import resolve
+from kit.commands._options import config_options, json_option, overrides_from
 from kit.commands._params import KitCommand
 from kit.imaging import pull_image
 from kit.output import emit

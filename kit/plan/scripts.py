@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from kit import __version__
 from kit.config import KitConfig
-from kit.plan.facts import Role
 from kit.plan.paths import API_KEY_PATH
 from kit.plan.ray import ray_head_args, ray_resource, ray_worker_args
+from kit.plan.roles import Role
 from kit.plan.vllm import DP_START_RANK_VAR, vllm_serve_argv
 from kit.render import render
 

@@ -23,8 +23,9 @@ from kit import __version__
 from kit.config import KitConfig
 from kit.errors import ConfigError
 from kit.plan.container_args import to_apptainer_env, to_apptainer_start_argv, to_docker_argv
-from kit.plan.facts import HEAD, NodeNet, Role
+from kit.plan.network import NodeNet
 from kit.plan.node import ContainerSpec, Mount, plan_node
+from kit.plan.roles import HEAD, Role
 from kit.plan.scripts import READY_MARK, node_script, ray_token_enabled, serve_script
 from kit.render import Arg, EnvRef, Word, render, shell_quote
 

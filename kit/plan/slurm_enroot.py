@@ -31,8 +31,8 @@ from kit import __version__
 from kit.config import KitConfig
 from kit.errors import ConfigError
 from kit.plan.container_args import to_edf, to_pyxis_options
-from kit.plan.facts import Role
 from kit.plan.node import ContainerSpec
+from kit.plan.roles import Role
 from kit.plan.slurm import argv_text, has_sentinel, job_var, runtime_word, sentinels
 from kit.render import render, shell_quote
 from kit.toml_text import to_toml

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kit.config import KitConfig
-from kit.plan.facts import Role
+from kit.plan.roles import Role
 from kit.render import Arg, EnvRef, option, positional
 
 # Set by the serve script from KIT_NODE_RANK (node rank × DP ranks per node), so the same script

@@ -65,7 +65,7 @@ from kit.sizing.layouts import Layout, layout_candidates, pick_layout
 from kit.sizing.limits import MAX_LAYERS, MAX_POSITIONS
 from kit.sizing.quantization import WeightFormat, parse_weight_format, with_quantization
 from kit.sizing.recommend import Recommendation, recommend
-from kit.sizing.split import best_tp, valid_tp
+from kit.sizing.split import best_tp, heads_split, valid_tp
 from kit.sizing.weights import CategoryBytes, Tensor, WeightEstimate, estimate_weights, layer_tensors, tensor_bytes
 
 __all__ = [
@@ -99,6 +99,7 @@ __all__ = [
     "find_model_dir",
     "format_bytes",
     "gpu_memory_bytes",
+    "heads_split",
     "kv_bytes_per_token",
     "layer_tensors",
     "layout_candidates",

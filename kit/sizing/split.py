@@ -10,14 +10,19 @@ from kit.sizing.kv import KVEstimate
 from kit.sizing.weights import WeightEstimate
 
 
-def valid_tp(arch: Architecture, tp: int) -> bool:
-    """vLLM shards attention heads evenly; KV heads are split or replicated."""
-    if arch.num_attention_heads % tp:
+def heads_split(heads: int, kv_heads: int | None, tp: int) -> bool:
+    """The head-divisibility rule (the one kit has: `kit plan`, the layout planner and the plan
+    checks all call it): vLLM shards attention heads evenly; KV heads are split or replicated
+    (`kv_heads` None: MLA, whose latent KV is not split by heads)."""
+    if tp < 1 or heads % tp:
         return False
-    if arch.mla is None:
-        kv = arch.num_kv_heads
-        if kv % tp and tp % kv:
-            return False
+    return kv_heads is None or kv_heads % tp == 0 or tp % kv_heads == 0
+
+
+def valid_tp(arch: Architecture, tp: int) -> bool:
+    """heads_split for the model's attention, and the linear-attention heads split by TP too."""
+    if not heads_split(arch.num_attention_heads, None if arch.mla is not None else arch.num_kv_heads, tp):
+        return False
     la = arch.linear
     return la is None or (la.num_key_heads % tp == 0 and la.num_value_heads % tp == 0)
 

@@ -9,7 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from kit.cli import cli
-from kit.commands._common import overrides_from, resolve
+from kit.cluster.resolve import resolve
+from kit.commands._options import overrides_from
 from kit.errors import ConfigError
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "models"

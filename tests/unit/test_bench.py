@@ -102,7 +102,7 @@ def test_more_in_flight_than_kit_runs_is_refused(capsys: pytest.CaptureFixture[s
         err = capsys.readouterr().err
         assert info.value.code == 3 and err.count("\n") == 1, err
         assert what in err and f"at most {MAX_IN_FLIGHT}" in err
-    from kit.commands.bench import build_load
+    from kit.bench.load import build_load
 
     flags = {"dataset": "fixed", "num_prompts": 400, "input_len": 2, "output_len": 2, "range_ratio": 0.5}
     flags.update({"rate": "5", "concurrency": str(MAX_IN_FLIGHT), "burstiness": 1.0, "warmup": 0, "seed": 0})
@@ -404,57 +404,55 @@ def test_cli_malformed_dataset_is_one_line_exit_3_before_any_request(
 
 
 def test_cluster_info_has_the_plan_only_for_a_kit_cluster_at_that_url(use_runtime: Callable[[Any], None]) -> None:
-    from kit.commands.bench import cluster_info
+    from kit.bench.target import cluster_info
+    from kit.cluster import Cluster
     from kit.runtime.base import NodeHandle
 
     config = make_config(**{"model.tp": 8, "model.pp": 2})  # cluster "llama", 2 nodes x 8, port 8000
     head = NodeHandle("kit-llama-head", "llama", "head", 0, "running", ip="10.0.0.5", image_digest="sha256:d")
     use_runtime(FakeRuntime(head))
-    ours = cluster_info(config, "http://10.0.0.5:8000", "0.32.0", "llama-70b")
+    ours = cluster_info(Cluster.from_config(config), "http://10.0.0.5:8000", "0.32.0", "llama-70b")
     assert ours["plan"]["tp"] == 8 and ours["plan"]["pp"] == 2 and ours["image_digest"] == "sha256:d"
     assert ours["name"] == "llama" and [n["name"] for n in ours["nodes"]] == ["kit-llama-head"]
-    other = cluster_info(config, "http://10.0.0.9:8000", "0.11.0", "served-elsewhere")
+    other = cluster_info(Cluster.from_config(config), "http://10.0.0.9:8000", "0.11.0", "served-elsewhere")
     assert other["plan"] is None and other["nodes"] == [] and other["image_digest"] is None
     assert other["served_model"] == "served-elsewhere" and other["versions"]["vllm"] == "0.11.0"
     # no node on this host: the configured head_address is the cluster's, anything else is not
     use_runtime(FakeRuntime())
     remote = config.replace(head_address="10.0.0.7")
-    assert cluster_info(remote, "http://10.0.0.7:8000", None, "llama-70b")["plan"]["nodes"] == 2
-    assert cluster_info(remote, "http://127.0.0.1:8000", None, "x")["plan"] is None
-    assert cluster_info(config, "http://127.0.0.1:8000", None, "x")["plan"] is None
+    assert cluster_info(Cluster.from_config(remote), "http://10.0.0.7:8000", None, "llama-70b")["plan"]["nodes"] == 2
+    assert cluster_info(Cluster.from_config(remote), "http://127.0.0.1:8000", None, "x")["plan"] is None
+    assert cluster_info(Cluster.from_config(config), "http://127.0.0.1:8000", None, "x")["plan"] is None
 
 
-def test_cluster_info_reads_the_layout_the_head_really_serves(use_runtime: Callable[[Any], None]) -> None:
-    """A server started with other settings than this kit.yaml (kit demo, --set on serve) is saved
-    as it runs: the head's serve script and labels win over the config."""
-    from kit.commands.bench import cluster_info, served_layout
-    from kit.commands.serve import SERVE_SCRIPT
-    from kit.plan.facts import HEAD
-    from kit.plan.scripts import serve_script
-    from kit.runtime.base import ExecResult, NodeHandle
+def test_cluster_info_reads_the_layout_the_head_was_started_with(use_runtime: Callable[[Any], None]) -> None:
+    """A server started with other settings than this kit.yaml (kit demo, --set on up) is saved
+    as it runs: the head's labels (written by kit up, kit.labels) win over the config."""
+    from kit.bench.target import cluster_info
+    from kit.cluster import Cluster
+    from kit.plan.network import NodeNet
+    from kit.plan.node import node_labels
+    from kit.plan.roles import HEAD
+    from kit.runtime.base import NodeHandle
 
     config = make_config(**{"model.tp": 8, "model.pp": 2})  # what kit.yaml says: 2 x 8, ray, gpu
-    served = make_config(**{"backend": "mp", "nodes": 2, "gpus_per_node": 1, "model.tp": 2, "model.pp": 1,
-                            "model.id": "kit/tiny-llama", "model.max_model_len": 2048})  # fmt: skip
-    script = serve_script(served, HEAD)  # type: ignore[arg-type]
-    labels = {"kit.backend": "mp", "kit.accelerator": "cpu"}
+    served = make_config(**{"backend": "mp", "accelerator": "cpu", "nodes": 2, "gpus_per_node": 1, "model.tp": 2,
+                            "model.pp": 1, "model.id": "kit/tiny-llama", "model.max_model_len": 2048})  # fmt: skip
+    labels = node_labels(served, HEAD, NodeNet("10.0.0.5", "eth0", "10.0.0.5"))
     nodes = [
         NodeHandle("kit-llama-head", "llama", "head", 0, "running", ip="10.0.0.5", labels=labels),
         NodeHandle("kit-llama-worker-1", "llama", "worker", 1, "running", ip="10.0.0.6", labels=labels),
     ]
 
-    def answer(node: NodeHandle, argv: list[str], env: dict[str, str]) -> ExecResult:
-        assert node.role == "head" and argv == ["cat", SERVE_SCRIPT]
-        return ExecResult(0, script, "")
-
-    use_runtime(FakeRuntime(*nodes, answer=answer))
-    plan = cluster_info(config, "http://10.0.0.5:8000", "0.32.0", "tiny")["plan"]
+    runtime = FakeRuntime(*nodes)
+    use_runtime(runtime)
+    plan = cluster_info(Cluster.from_config(config), "http://10.0.0.5:8000", "0.32.0", "tiny")["plan"]
     assert plan == {"tp": 2, "pp": 1, "dp": 1, "ep": False, "nodes": 2, "gpus_per_node": 8, "backend": "mp",
                     "accelerator": "cpu", "model": "kit/tiny-llama", "max_model_len": 2048}  # fmt: skip
-    dp = make_config(**{"backend": "mp", "model.tp": 1, "model.pp": 1, "model.dp": 16, "model.ep": True})
-    layout = served_layout(serve_script(dp, HEAD))  # type: ignore[arg-type]
-    assert (layout["tp"], layout["dp"], layout["ep"]) == (1, 16, True)
-    assert served_layout("#!/bin/bash\necho no server here\n") == {}
+    # A node started by an older kit (no layout labels): the config's layout.
+    runtime.nodes = [NodeHandle("kit-llama-head", "llama", "head", 0, "running", ip="10.0.0.5")]
+    plan = cluster_info(Cluster.from_config(config), "http://10.0.0.5:8000", "0.32.0", "tiny")["plan"]
+    assert (plan["tp"], plan["pp"], plan["model"]) == (8, 2, "meta-llama/Llama-3.1-70B-Instruct")
 
 
 def test_compare_ratios_and_direction() -> None:
@@ -525,6 +523,14 @@ def test_bad_results_file_is_one_line_exit_3(
 # ---------------------------------------------------------------- kit tune's pure pieces
 
 
+def facts(heads: int, kv_heads: int, experts: int | None = None) -> Any:
+    """A model's facts as kit.cluster.resolve reads them from a config.json kit.sizing refused:
+    head counts (and experts) only."""
+    from kit.plan.layout import ModelFacts
+
+    return ModelFacts("config.json", heads, kv_heads, experts, None)
+
+
 def test_layout_parsing_and_candidates() -> None:
     from kit.bench.tune import Layout, candidates, check_fits, parse_layouts
 
@@ -548,26 +554,29 @@ def test_layout_parsing_and_candidates() -> None:
     assert candidates(2, 1, accelerator="cpu") == [Layout(1), Layout(2), Layout(1, 1, 2)]
     assert candidates(2, 1, accelerator="cpu", backend="ray") == [Layout(1), Layout(2)]  # kit refuses Ray DP on CPU
     assert candidates(2, 1) == [Layout(1), Layout(2), Layout(1, 1, 2), Layout(1, 2)]
-    assert Layout(8) not in candidates(2, 4, attention_heads=12, kv_heads=4)  # 8 does not divide 12
-    moe = candidates(2, 8, experts=256)
+    assert Layout(8) not in candidates(2, 4, model=facts(12, 4))  # 8 does not divide 12
+    assert Layout(4) in candidates(2, 2, model=facts(32, 2))  # 2 KV heads replicated over TP 4 (kit.sizing's rule)
+    moe = candidates(2, 8, model=facts(128, 128, experts=256))
     assert Layout(1, 1, 16, ep=True) in moe and Layout(2, 1, 8, ep=True) in moe
     assert Layout(16, 1, 1) in moe and Layout(16, 1, 1, ep=True) not in moe  # EP comes with DP
     assert all(lay.tp <= 8 for lay in moe if lay.dp > 1)  # a replica stays inside a node
-    assert not any(lay.ep for lay in candidates(2, 8, experts=0))  # dense: no EP
-    assert not any(lay.ep for lay in candidates(2, 8, experts=6) if lay.dp * lay.tp == 16)  # 6 % 16
+    assert not any(lay.ep for lay in candidates(2, 8, model=facts(128, 128, experts=0)))  # dense: no EP
+    assert not any(lay.ep for lay in candidates(2, 8, model=facts(128, 128, experts=6)) if lay.dp * lay.tp == 16)
     with pytest.raises(ConfigError, match="needs 4 GPUs"):
         check_fits([Layout(4)], 2, 1)
 
 
 def test_tune_refuses_a_layout_kit_up_would_refuse(tmp_path: Path) -> None:
+    from kit.bench.trials import check_layout
     from kit.bench.tune import Layout
-    from kit.commands.tune import check_layout
+    from kit.cluster import Cluster
+    from tests.conftest import make_config
 
     config = make_config(**{"model.tp": 8, "nodes": 2, "gpus_per_node": 8})
-    check_layout(config, {}, Layout(8, 2), None, None)
-    check_layout(config, {}, Layout(1, 1, 16, ep=True), None, None)
+    check_layout(Cluster.from_config(config), Layout(8, 2))
+    check_layout(Cluster.from_config(config), Layout(1, 1, 16, ep=True))
     with pytest.raises(ConfigError, match=r"layout tp16-dp2: .*GPUs does not fit"):
-        check_layout(config.replace(nodes=4), {}, Layout(16, 1, 2), None, None)
+        check_layout(Cluster.from_config(config.replace(nodes=4)), Layout(16, 1, 2))
 
 
 def test_tune_ranking_and_state(tmp_path: Path) -> None:
@@ -642,7 +651,7 @@ def test_tune_tie_goes_to_fewer_nodes_then_gpus() -> None:
 
 
 def test_budget_parsing() -> None:
-    from kit.commands.tune import parse_budget
+    from kit.bench.trials import parse_budget
 
     assert parse_budget("20m") == 1200 and parse_budget("90") == 90 and parse_budget("1.5h") == 5400
     with pytest.raises(ConfigError, match="--budget"):
@@ -805,9 +814,10 @@ def test_serve_cluster_stops_waiting_for_health_at_the_deadline(monkeypatch: pyt
     from types import SimpleNamespace
 
     import kit.client
-    from kit.commands.serve import serve_cluster
+    from kit.cluster import Cluster
     from kit.errors import StartError
-    from kit.plan.facts import HEAD
+    from kit.plan.roles import HEAD
+    from tests.conftest import make_config
 
     config = make_config(nodes=1)
     assert config.timeouts.ready >= 60
@@ -816,7 +826,7 @@ def test_serve_cluster_stops_waiting_for_health_at_the_deadline(monkeypatch: pyt
     monkeypatch.setattr(kit.client, "health", lambda url, timeout=3: False)  # never healthy
     start = time.monotonic()
     with pytest.raises(StartError, match=r"the time budget ran out \d+ s into waiting for http://127\.0\.0\.1:8000"):
-        serve_cluster(config, runtime, deadline=start + 1.0)
+        Cluster.from_config(config, runtime=runtime).serve(deadline=start + 1.0)  # type: ignore[arg-type]
     assert time.monotonic() - start < 2.0
 
 
@@ -826,15 +836,15 @@ def test_tune_budget_bounds_the_whole_bring_up(
     """Worker wait, head wait and /health wait of a 2-node layout share the budget's end: each
     node takes 1.5 s, the server never gets healthy, the budget is 3 s. Each wait used to get the
     whole remainder (1.5 + 1.5 + ~2 s here; up to ~3x the budget on a real cluster)."""
+    import kit.bench.trials
     import kit.client
-    import kit.commands.tune
     from kit.cli import main
 
     runtime = SlowNodes(ready_s=1.5)
     two_nodes = {"KIT_NODES": "2", "KIT_GPUS_PER_NODE": "1", "KIT_NETWORK": "kt-net"}
     tune_env(monkeypatch, tmp_path, runtime, KIT_NETWORK_SUBNET="10.251.7.0/24", **two_nodes)
     monkeypatch.setattr(kit.client, "health", lambda url, timeout=3: False)
-    monkeypatch.setattr(kit.commands.tune, "MIN_LAYOUT_S", 0)
+    monkeypatch.setattr(kit.bench.trials, "MIN_LAYOUT_S", 0)
     start = time.monotonic()
     with pytest.raises(SystemExit) as info:
         main(["tune", "--layouts", "tp1-dp2", "--budget", "3s", "-o", str(tmp_path / "t.json"), "--json"])
@@ -873,15 +883,16 @@ def test_tune_interrupted_keeps_what_it_measured(
 ) -> None:
     """Ctrl-C during a layout's second load point: exit 130, the first point and the part of the
     second that was measured stay in the state file (marked interrupted) and in the -o file."""
-    import kit.commands.tune
+    import kit.bench.trials
     from kit.cli import main
+    from kit.cluster import ServeResult
 
     runtime = SlowNodes(ready_s=0)
     (tmp_path / "key").write_text("sk-test\n")
     tune_env(
         monkeypatch, tmp_path, runtime, KIT_NODES="1", KIT_GPUS_PER_NODE="1", KIT_API_KEY_FILE=str(tmp_path / "key")
     )
-    monkeypatch.setattr(kit.commands.tune, "serve_layout", lambda *a: {"url": fake_server})
+    monkeypatch.setattr(kit.bench.trials, "serve_layout", lambda *a: ServeResult(fake_server, "tiny", [], 0.0))
     FakeVLLM.token_delay = 0.02
     FakeVLLM.interrupt_at = 1 + 3 + 2  # warm-up, point 1 (3 requests), 2nd request of point 2
     out = tmp_path / "t.json"

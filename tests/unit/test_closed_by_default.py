@@ -13,14 +13,15 @@ from pathlib import Path
 import pytest
 
 from kit.errors import ConfigError
+from kit.plan.checks import check_env
 from kit.plan.container_args import to_docker_argv, to_docker_kwargs
 from kit.plan.exposure import exposures
-from kit.plan.facts import HEAD, NodeNet, Role
+from kit.plan.network import NodeNet
 from kit.plan.node import plan_node
 from kit.plan.paths import API_KEY_PATH, RAY_TOKEN_PATH
+from kit.plan.roles import HEAD, Role
 from kit.plan.scripts import serve_script
 from kit.plan.slurm import plan_launcher
-from kit.plan.topology import check_env
 from tests.conftest import make_config, run_kit
 
 WORKER = Role("worker", 1)

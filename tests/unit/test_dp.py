@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from kit.cli import main
-from kit.commands._common import resolve
-from kit.commands.status import ENGINE_SCAN, collect, render
+from kit.cluster.resolve import resolve
+from kit.cluster.status import ENGINE_SCAN, collect, render
 from kit.config import load_config
 from kit.errors import ExitCode
-from kit.plan.facts import HEAD, Role
+from kit.plan.roles import HEAD, Role
 from kit.plan.scripts import serve_script
 from kit.plan.slurm import container_scripts, plan_launcher
 from kit.plan.vllm import vllm_serve_argv
@@ -91,9 +91,6 @@ def test_dp_auto_with_tp_fixed_and_pp_left_auto_fills_the_cluster() -> None:
     # is resolved, else DP = 16 / (1 × nodes) = 8 and the resolved layout covers half the GPUs.
     r = resolve(None, {"nodes": (2, "t"), "gpus_per_node": (8, "t"), "model.tp": (1, "t"),
                        "model.dp": ("auto", "t"), "hf_cache": ("/nonexistent", "t")})  # fmt: skip
-    from kit.commands._common import auto_data_parallel
-
-    r = auto_data_parallel(r)
     assert (r.config.tp, r.config.pp, r.config.dp, r.config.dp_local) == (1, 1, 16, 8)
 
 
@@ -303,7 +300,7 @@ def test_status_shows_dp_ranks_per_node_and_the_missing_ones() -> None:
         },
     )
     result = collect(cfg, runtime, ray=False)  # type: ignore[arg-type]
-    head, worker = result["dp"]["nodes"]
+    head, worker = result.to_dict()["dp"]["nodes"]
     assert head["expected"] == head["alive"] == list(range(8)) and head["missing"] == []
     assert worker["expected"] == list(range(8, 16)) and worker["missing"] == [11]
     text = render(result)
@@ -315,7 +312,7 @@ def test_status_counts_ray_engine_actors() -> None:
     cfg = dp_config(2, "ray", False, cluster="ds")
     runtime = scan_runtime("ds", {"kit-ds-head": "ray::DPMoEEngineCoreActor\n" * 8, "kit-ds-worker-1": ""})
     result = collect(cfg, runtime, ray=False)  # type: ignore[arg-type]
-    assert [n["engines"] for n in result["dp"]["nodes"]] == [8, 0]
+    assert [n["engines"] for n in result.to_dict()["dp"]["nodes"]] == [8, 0]
     assert "(Ray places them)" in render(result) and "8 engine(s)" in render(result)
 
 

@@ -17,8 +17,9 @@ from kit.cli import cli
 from kit.config import KitConfig, Ray, Timeouts
 from kit.errors import ConfigError
 from kit.plan.container_args import to_apptainer_env, to_apptainer_start_argv, to_docker_argv
-from kit.plan.facts import HEAD, NodeNet, Role
+from kit.plan.network import NodeNet
 from kit.plan.node import plan_node
+from kit.plan.roles import HEAD, Role
 from kit.plan.scripts import serve_script
 from tests.conftest import make_config
 

@@ -17,8 +17,9 @@ from kit.plan.container_args import (
     to_docker_argv,
     to_docker_kwargs,
 )
-from kit.plan.facts import NodeNet, Role
+from kit.plan.network import NodeNet
 from kit.plan.node import plan_node
+from kit.plan.roles import Role
 from kit.plan.scripts import serve_script
 from kit.plan.vllm import vllm_serve_argv
 from tests.conftest import make_config, shellcheck_bin

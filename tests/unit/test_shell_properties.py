@@ -41,8 +41,9 @@ from kit.cli import main
 from kit.commands.query import tunnel_hint
 from kit.config import KitConfig
 from kit.errors import KitError
-from kit.plan.facts import HEAD, NodeNet, Role
+from kit.plan.network import NodeNet
 from kit.plan.node import plan_node
+from kit.plan.roles import HEAD, Role
 from kit.plan.scripts import serve_script
 from kit.plan.slurm import plan_launcher, plan_slurm_files, sbatch_line
 from tests.conftest import make_config, shellcheck_bin

@@ -17,8 +17,8 @@ from click.testing import CliRunner
 from kit.cli import cli
 from kit.config import load_config
 from kit.errors import ConfigError
-from kit.plan.facts import HEAD
 from kit.plan.node import plan_node
+from kit.plan.roles import HEAD
 from kit.plan.slurm import (
     SLURM_NET,
     container_scripts,

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 from kit.config import load_config
 from kit.errors import ConfigError
 from kit.plan.container_args import enroot_image, to_pyxis_options
-from kit.plan.facts import HEAD
 from kit.plan.node import plan_node
+from kit.plan.roles import HEAD
 from kit.plan.slurm import SLURM_NET, enroot_specs, plan_launcher, plan_slurm_files
 from kit.plan.slurm_enroot import node_entry, split_env
 from kit.toml_text import to_toml
@@ -187,7 +187,8 @@ def test_kit_slurm_writes_the_edf_files_beside_the_launcher(tmp_path: Path, monk
     from kit.cli import cli
 
     monkeypatch.chdir(tmp_path)
-    args = ["slurm", "--runtime", "edf", "--nodes", "2", "--gpus-per-node", "4", "--image", "nvcr.io/nvidia/vllm:25.01",
+    args = ["slurm", "--runtime", "edf", "--nodes", "2", "--gpus-per-node", "4", "--tp", "4", "--pp", "2",
+            "--image", "nvcr.io/nvidia/vllm:25.01",
             "--set", f"hf_cache={tmp_path}", "-o", "out/serve.sbatch", "--json"]  # fmt: skip
     (tmp_path / "out").mkdir()
     result = CliRunner().invoke(cli, args)

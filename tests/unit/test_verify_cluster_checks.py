@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from kit.commands import status
+from kit.cluster import status
 from kit.commands.verify import command
 from kit.errors import UsageError
 from kit.runtime.base import ExecResult, NodeHandle

@@ -1,14 +1,14 @@
-"""Checks that refuse a bad plan before anything starts (FIELD_NOTES §1 rows 1, 8)."""
+"""Checks that refuse a bad plan before anything starts (FIELD_NOTES §1 rows 1, 8): host-independent,
+the same on every node. (The node's own network is checked where it is planned: kit.plan.network.)"""
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Mapping
 
 from kit.config import SECRET_ENV_NAMES, KitConfig
 from kit.errors import ConfigError, ImageRefError
-from kit.plan.facts import HostFacts, NodeNet, Role
+from kit.plan.layout import ModelFacts
 
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 IMAGE_RE = re.compile(
@@ -47,17 +47,10 @@ def check_image(config: KitConfig, sources: Mapping[str, str]) -> None:
         )
 
 
-def check_topology(
-    config: KitConfig,
-    sources: Mapping[str, str],
-    *,
-    attention_heads: int | None = None,
-    kv_heads: int | None = None,
-    experts: int | None = None,
-) -> None:
-    """TP×PP(×DP) must equal the GPUs the cluster has; TP must divide the model's heads when known;
-    DP ranks spread evenly over the nodes; EP needs a MoE model whose experts split over TP×DP.
-    `experts` is the model's routed expert count (0: a dense model), None when its config is unknown."""
+def check_topology(config: KitConfig, sources: Mapping[str, str], *, model: ModelFacts | None = None) -> None:
+    """TP×PP(×DP) must equal the GPUs the cluster has; TP must divide the model's heads when known
+    (kit.sizing's rule); DP ranks spread evenly over the nodes; EP needs a MoE model whose experts
+    split over TP×DP. `model` is None when this host does not have the model's config.json."""
     # The cluster name and the node and GPU counts are checked when the config loads (kit.validate).
     for key, value in (("model.tp", config.tp), ("model.pp", config.pp), ("model.dp", config.dp)):
         if value < 1:
@@ -66,7 +59,7 @@ def check_topology(
             )
     total = config.nodes * config.gpus_per_node
     if config.dp > 1 or config.model.ep:
-        check_data_parallel(config, sources, experts=experts)
+        check_data_parallel(config, sources, experts=None if model is None else model.experts)
     elif config.tp * config.pp != total:
         unit = "GPUs" if config.accelerator == "gpu" else "ranks"
         raise ConfigError(
@@ -77,20 +70,8 @@ def check_topology(
             hint=f"make model.tp × model.pp equal {total} (common: tp={config.gpus_per_node}, "
             f"pp={config.nodes}), or change nodes/gpus_per_node",
         )
-    if attention_heads is not None and attention_heads % config.tp:
-        raise ConfigError(
-            f"tensor parallel size {config.tp} does not divide the model's {attention_heads} attention heads",
-            key="model.tp",
-            source=_src(sources, "model.tp"),
-            hint="choose a TP that divides the head count (and raise PP instead)",
-        )
-    if kv_heads is not None and kv_heads % config.tp and config.tp % kv_heads:
-        raise ConfigError(
-            f"tensor parallel size {config.tp} and the model's {kv_heads} KV heads do not divide each other",
-            key="model.tp",
-            source=_src(sources, "model.tp"),
-            hint="choose a TP that divides the KV head count or is a multiple of it",
-        )
+    if model is not None and not model.splits_heads(config.tp):
+        raise _heads_error(config, sources, model)
     if config.gpus != "all":
         ids = [g.strip() for g in config.gpus.split(",")]
         if not all(g.isdigit() for g in ids) or len(set(ids)) != len(ids):
@@ -107,6 +88,21 @@ def check_topology(
                 source=_src(sources, "gpus"),
                 hint="select exactly gpus_per_node GPUs, or change gpus_per_node",
             )
+
+
+def _heads_error(config: KitConfig, sources: Mapping[str, str], model: ModelFacts) -> ConfigError:
+    """Why TP does not split the model's heads (ModelFacts.splits_heads said so), naming which."""
+    tp = config.tp
+    if model.heads is not None and model.heads % tp:
+        message = f"tensor parallel size {tp} does not divide the model's {model.heads} attention heads"
+        hint = "choose a TP that divides the head count (and raise PP instead)"
+    elif model.kv_heads is not None and model.kv_heads % tp and tp % model.kv_heads:
+        message = f"tensor parallel size {tp} and the model's {model.kv_heads} KV heads do not divide each other"
+        hint = "choose a TP that divides the KV head count or is a multiple of it"
+    else:
+        message = f"tensor parallel size {tp} does not divide the model's linear-attention heads"
+        hint = "choose a TP that divides the linear-attention head counts"
+    return ConfigError(message, key="model.tp", source=_src(sources, "model.tp"), hint=hint)
 
 
 def check_data_parallel(config: KitConfig, sources: Mapping[str, str], *, experts: int | None = None) -> None:
@@ -237,129 +233,9 @@ def check_env(config: KitConfig, sources: Mapping[str, str]) -> None:
             )
 
 
-def check_config(
-    config: KitConfig,
-    sources: Mapping[str, str],
-    *,
-    attention_heads: int | None = None,
-    kv_heads: int | None = None,
-    experts: int | None = None,
-) -> None:
+def check_config(config: KitConfig, sources: Mapping[str, str], *, model: ModelFacts | None = None) -> None:
     """Every host-independent check, in the order a user would want to hear about them."""
     check_image(config, sources)
-    check_topology(config, sources, attention_heads=attention_heads, kv_heads=kv_heads, experts=experts)
+    check_topology(config, sources, model=model)
     check_ports(config, sources)
     check_env(config, sources)
-
-
-def plan_node_net(config: KitConfig, sources: Mapping[str, str], role: Role, host: HostFacts) -> NodeNet:
-    """This node's IP and NCCL/Gloo interface, and the head's address (FIELD_NOTES §1 rows 1-3)."""
-    if role.rank >= config.nodes or role.rank < 0:
-        raise ConfigError(
-            f"node rank {role.rank} is outside 0..{config.nodes - 1}",
-            key="nodes",
-            source=_src(sources, "nodes"),
-            hint="use --node-rank between 1 and nodes-1 for workers",
-        )
-    if not role.is_head and role.rank == 0:
-        raise ConfigError(
-            "a worker cannot have node rank 0 (that is the head)",
-            key="nodes",
-            hint="pass --node-rank K with 1 ≤ K < nodes",
-        )
-    if config.network:  # local simulation: fixed IPs on a private Docker network
-        try:
-            subnet = ipaddress.IPv4Network(config.network_subnet)
-        except ValueError:
-            raise ConfigError(
-                f"{config.network_subnet!r} is not an IPv4 subnet",
-                key="network_subnet",
-                source=_src(sources, "network_subnet"),
-                hint="write it like 172.30.77.0/24",
-            ) from None
-        base = subnet.network_address
-        sim_ip = config.node_ip if config.node_ip != "auto" else str(base + 10 + role.rank)
-        head = str(base + 10) if role.is_head or not config.head_address else config.head_address
-        if ipaddress.IPv4Address(sim_ip) not in subnet:
-            raise ConfigError(
-                f"{sim_ip} is not in the simulation subnet {subnet}",
-                key="node_ip",
-                source=_src(sources, "node_ip"),
-                hint="pick an address inside network_subnet, or auto",
-            )
-        return NodeNet(
-            ip=sim_ip, interface="eth0" if config.interface == "auto" else config.interface, head_address=head
-        )
-
-    if not role.is_head and not config.head_address:
-        raise ConfigError(
-            "a worker needs the head's address",
-            key="head_address",
-            source=_src(sources, "head_address"),
-            hint="pass --head-address HEAD_IP (or set head_address in kit.yaml / KIT_HEAD_ADDRESS)",
-        )
-    if config.head_address:
-        try:
-            ipaddress.IPv4Address(config.head_address)
-        except ValueError:
-            raise ConfigError(
-                f"{config.head_address!r} is not a numeric IPv4 address",
-                key="head_address",
-                source=_src(sources, "head_address"),
-                hint="use the head's IP, not a hostname (Ray must register numeric IPs)",
-            ) from None
-
-    iface: str | None = None if config.interface == "auto" else config.interface
-    if iface is not None and iface not in host.interfaces:
-        raise ConfigError(
-            f"interface {iface!r} has no IPv4 address on this host",
-            key="interface",
-            source=_src(sources, "interface"),
-            hint=f"use one of: {', '.join(sorted(host.interfaces)) or 'none found'}, or auto",
-        )
-    if config.node_ip != "auto":
-        try:
-            ipaddress.IPv4Address(config.node_ip)
-        except ValueError:
-            raise ConfigError(
-                f"{config.node_ip!r} is not a numeric IPv4 address",
-                key="node_ip",
-                source=_src(sources, "node_ip"),
-                hint="use this node's IP, or auto",
-            ) from None
-        owners = [n for n, a in host.interfaces.items() if a == config.node_ip]
-        if not owners:
-            raise ConfigError(
-                f"{config.node_ip} is not an address of this host",
-                key="node_ip",
-                source=_src(sources, "node_ip"),
-                hint="use one of: " + ", ".join(f"{a} ({n})" for n, a in sorted(host.interfaces.items())),
-            )
-        ip = config.node_ip
-        iface = iface or owners[0]
-    elif iface is not None:
-        ip = host.interfaces[iface]
-    else:
-        found = None
-        if not role.is_head and host.route_to_head:
-            found = host.route_to_head
-        elif host.default_interface and host.default_interface in host.interfaces:
-            found = host.interfaces[host.default_interface]
-        if found is None:
-            raise ConfigError(
-                "cannot find this node's IP (no route to the head and no default route)",
-                key="node_ip",
-                hint="pass --node-ip or --interface",
-            )
-        ip = found
-        owners = [n for n, a in host.interfaces.items() if a == ip]
-        iface = owners[0] if owners else (host.default_interface or "")
-    if ip.startswith("127.") and config.nodes > 1:
-        raise ConfigError(
-            f"node IP {ip} is a loopback address; other nodes cannot reach it",
-            key="node_ip",
-            source=_src(sources, "node_ip"),
-            hint="pass --node-ip or --interface for the cluster network",
-        )
-    head = ip if role.is_head else str(config.head_address)
-    return NodeNet(ip=ip, interface=iface, head_address=head)

@@ -1,0 +1,289 @@
+"""The cluster layer: what the verbs share, without click (issue 17).
+
+`Cluster` is one configured cluster (its resolved config, layout and the model's facts) and the
+runtime adapter its nodes run on. The verbs are shims over it: `kit up` plans and starts a node,
+`kit serve` serves, `kit status`/`kit down` look and clean up, `kit query`/`kit bench` ask for
+`url()`; `kit demo` and `kit tune` bring every node of a layout up on this host with
+`bring_up()`, serve, and tear down.
+
+    resolve.py   config -> model facts (read once) -> layout -> checks
+    nodes.py     one node: host facts, plan, start and wait
+    serving.py   `vllm serve` on the serving nodes and the wait for /health
+    status.py    containers, the Ray view, the DP view
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kit.cluster import nodes as _nodes
+from kit.cluster import serving as _serving
+from kit.cluster import status as _status
+from kit.cluster.nodes import NodePlan, UpResult
+from kit.cluster.resolve import (
+    Overrides,
+    Resolution,
+    apply_layout,
+    check_mounts,
+    check_plan,
+    check_secret_files,
+    relayout,
+    values_of,
+)
+from kit.cluster.resolve import resolve as _resolve
+from kit.cluster.serving import ServePlan, ServeResult
+from kit.cluster.status import StatusResult
+from kit.config import KitConfig, Resolved
+from kit.labels import LayoutLabels
+from kit.plan.layout import Layout, ModelFacts
+from kit.plan.network import plan_node_net
+from kit.plan.node import plan_node
+from kit.plan.roles import HEAD, Role
+from kit.runtime.base import NodeHandle, Runtime
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class DownResult:
+    cluster: str
+    containers: list[str]
+    networks: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cluster": self.cluster, "containers": self.containers, "networks": self.networks}
+
+
+class Cluster:
+    """One configured cluster and its runtime. The runtime adapter is made on first use
+    (kit.runtime.get_runtime), so planning and --dry-run need no container engine."""
+
+    def __init__(self, resolution: Resolution, runtime: Runtime | None = None) -> None:
+        self.resolution = resolution
+        self._runtime = runtime
+
+    # ---- construction -------------------------------------------------------------------
+    @classmethod
+    def load(
+        cls,
+        config_path: str | None,
+        overrides: Overrides,
+        *,
+        environ: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        runtime: Runtime | None = None,
+    ) -> Cluster:
+        """kit.yaml (or `config_path`), KIT_* and the overrides; the model's config.json read once."""
+        return cls(_resolve(config_path, overrides, environ=environ, cwd=cwd), runtime)
+
+    @classmethod
+    def from_config(
+        cls, config: KitConfig, *, model: ModelFacts | None = None, runtime: Runtime | None = None
+    ) -> Cluster:
+        """A cluster of a config built elsewhere (tests, a config with every value set)."""
+        resolved = Resolved(config, values_of(config), {})
+        if config.layout_from:  # already resolved (its layout applied): keep how it was decided
+            return cls(Resolution(resolved, config.layout, model), runtime)
+        return cls(apply_layout(resolved, model), runtime)
+
+    def with_layout(self, overrides: Overrides) -> Cluster:
+        """The same cluster with other layout values (kit tune), planned again by kit.plan.layout
+        with the model's facts already read; the same runtime."""
+        return Cluster(relayout(self.resolution, overrides), self._runtime)
+
+    # ---- what it is ---------------------------------------------------------------------
+    @property
+    def config(self) -> KitConfig:
+        return self.resolution.config
+
+    @property
+    def sources(self) -> Mapping[str, str]:
+        return self.resolution.resolved.sources
+
+    @property
+    def resolved(self) -> Resolved:
+        return self.resolution.resolved
+
+    @property
+    def layout(self) -> Layout:
+        return self.resolution.layout
+
+    @property
+    def model(self) -> ModelFacts | None:
+        return self.resolution.model
+
+    @property
+    def runtime(self) -> Runtime:
+        if self._runtime is None:
+            from kit import runtime
+
+            self._runtime = runtime.get_runtime(self.config)
+        return self._runtime
+
+    def check(self) -> None:
+        """Every host-independent check of the plan (kit.plan.checks), with the model's facts."""
+        check_plan(self.resolution)
+
+    # ---- nodes --------------------------------------------------------------------------
+    def plan_node(self, role: Role, *, check_files: bool = True, config: KitConfig | None = None) -> NodePlan:
+        """Validate everything, then plan this node (`config`: a per-node variant, kit demo's GPU
+        split). The host's interfaces and routes are its only input besides the config."""
+        config = config or self.config
+        self.check()
+        if check_files:
+            check_secret_files(config, self.sources)
+            check_mounts(config, self.sources)
+        host = _nodes.gather_host_facts(config)
+        net = plan_node_net(config, self.sources, role, host)
+        return NodePlan(plan_node(config, role, net, has_infiniband=host.has_infiniband), net)
+
+    def up(
+        self,
+        role: Role,
+        *,
+        replace: bool = False,
+        wait: bool = True,
+        deadline: float | None = None,
+        on_progress: Progress = _quiet,
+        plan: NodePlan | None = None,
+        config: KitConfig | None = None,
+    ) -> UpResult:
+        """Start this host's node of `role` (planned unless `plan` is given) and wait for it."""
+        plan = plan or self.plan_node(role, config=config)
+        return _nodes.start_node(
+            self.runtime,
+            config or self.config,
+            plan.spec,
+            replace=replace,
+            wait=wait,
+            on_progress=on_progress,
+            deadline=deadline,
+        )
+
+    def bring_up(
+        self,
+        *,
+        deadline: float | None = None,
+        on_progress: Progress = _quiet,
+        node_progress: Progress = _quiet,
+        node_config: Callable[[Role], KitConfig] | None = None,
+    ) -> list[UpResult]:
+        """Every node on this host, workers first (they retry joining), then the head: one node,
+        or the local multi-node simulation (network:). Replaces what runs. Every wait ends at
+        `deadline` (time.monotonic()): the waits share it. `on_progress` hears one line per node,
+        `node_progress` each node's own lines (its start, its wait)."""
+        roles = [Role("worker", rank) for rank in range(self.config.nodes - 1, 0, -1)] + [HEAD]
+        results = []
+        for role in roles:
+            config = node_config(role) if node_config else self.config
+            plan = self.plan_node(role, config=config)
+            on_progress(f"kit up --{role.kind}: {plan.spec.name} at {plan.net.ip}")
+            results.append(
+                self.up(role, replace=True, deadline=deadline, on_progress=node_progress, plan=plan, config=config)
+            )
+        return results
+
+    def nodes(self) -> list[NodeHandle]:
+        """This cluster's nodes on this host (head first)."""
+        return self.runtime.find_nodes(self.config.cluster)
+
+    # ---- serving ------------------------------------------------------------------------
+    def plan_serve(self) -> ServePlan:
+        return _serving.plan_serve(self.config)
+
+    def serve(
+        self, *, replace: bool = False, deadline: float | None = None, on_progress: Progress = _quiet
+    ) -> ServeResult:
+        """`vllm serve` on the serving nodes of this host, then wait until /health answers."""
+        nodes = self.nodes()
+        targets = _serving.serving_nodes(self.config, nodes)
+        url = _serving.head_url(self.config, nodes)
+        _serving.stop_running(self.runtime, targets, replace=replace)
+        started = time.monotonic()
+        _serving.launch(self.config, self.runtime, targets, on_progress=on_progress)
+        self.wait(url, targets, started=started, deadline=deadline, on_progress=on_progress)
+        return ServeResult(
+            url, self.config.served_name, [n.name for n in targets], round(time.monotonic() - started, 1)
+        )
+
+    def wait(
+        self,
+        url: str | None = None,
+        targets: list[NodeHandle] | None = None,
+        *,
+        started: float | None = None,
+        deadline: float | None = None,
+        on_progress: Progress = _quiet,
+    ) -> None:
+        """Wait until the server answers /health (timeouts.ready, never past `deadline`)."""
+        if targets is None:
+            targets = _serving.serving_nodes(self.config, self.nodes())
+        _serving.wait_healthy(
+            self.config,
+            self.runtime,
+            targets,
+            url or self.url(),
+            started=time.monotonic() if started is None else started,
+            deadline=deadline,
+            on_progress=on_progress,
+        )
+
+    def url(self, nodes: list[NodeHandle] | None = None) -> str:
+        """The server's URL: this host's head container's node IP, else head_address, else
+        loopback. Without a container engine here (a laptop) the configured address."""
+        if nodes is None:
+            try:
+                nodes = self.nodes()
+            except Exception:  # no runtime on this host: fall back to the configured address
+                nodes = []
+        return _serving.head_url(self.config, nodes)
+
+    def served_layout(self, nodes: list[NodeHandle] | None = None) -> LayoutLabels | None:
+        """The layout the running nodes were started with (their labels), None without one."""
+        return _status.started_layout(self.nodes() if nodes is None else nodes)
+
+    def layout_drift(self) -> str | None:
+        """A warning when this host's nodes were started with another layout than the one this
+        config plans (kit status, bench and tune report what the labels say)."""
+        try:
+            started = self.served_layout()
+        except Exception:  # no runtime here: nothing started to compare with
+            return None
+        planned = self.layout
+        if started is None or (started.tp, started.pp, started.dp, started.ep) == (
+            planned.tp,
+            planned.pp,
+            planned.dp,
+            planned.ep,
+        ):
+            return None
+        return (
+            f"the nodes were started for TP={started.tp} PP={started.pp} DP={started.dp}"
+            + (" EP" if started.ep else "")
+            + f" but this serve plans {planned.describe()}; `kit status` and `kit bench` report the "
+            "layout the nodes were started with (`kit up --replace` to start them with this one)"
+        )
+
+    # ---- looking and cleaning up --------------------------------------------------------
+    def status(self, *, ray: bool = True) -> StatusResult:
+        return _status.collect(self.config, self.runtime, ray=ray)
+
+    def ray_nodes(self, head: NodeHandle, nodes: list[NodeHandle], *, timeout: float = 4) -> list[dict[str, Any]]:
+        """Ray's view of the nodes, asked inside the head, merged with the containers here."""
+        return _status.merge_views(_status.ray_view(self.runtime, head, self.config.ports.ray_gcs, timeout), nodes)
+
+    def down(self) -> DownResult:
+        """Remove every container and network of the cluster on this host (by label)."""
+        removed = self.runtime.remove_cluster(self.config.cluster)
+        return DownResult(self.config.cluster, removed.get("containers", []), removed.get("networks", []))
+
+
+__all__ = ["Cluster", "DownResult", "NodePlan", "ServePlan", "ServeResult", "StatusResult", "UpResult"]

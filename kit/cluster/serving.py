@@ -1,0 +1,163 @@
+"""`vllm serve` inside the node containers: which nodes run it, how it is launched (the rendered
+script travels as data, never interpolated), and the wait for /health with the log tail as
+evidence when it fails."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kit.config import KitConfig
+from kit.errors import ConfigError, StartError
+from kit.plan.roles import Role
+from kit.plan.scripts import SERVE_LOG, serve_script
+from kit.runtime.base import NodeHandle, Runtime
+
+SERVE_DIR = "/tmp/kit"
+PID_FILE = f"{SERVE_DIR}/serve.pid"
+SERVE_SCRIPT = f"{SERVE_DIR}/serve.sh"  # the script `kit serve` runs (kept for a person to read)
+# Writes the rendered serve script into the container and starts it in the background, its
+# output in SERVE_LOG. The script arrives as $1: nothing is interpolated into this command.
+LAUNCH = (
+    f'mkdir -p {SERVE_DIR} && printf "%s" "$1" > {SERVE_SCRIPT} && '
+    f"(nohup bash {SERVE_SCRIPT} > {SERVE_LOG} 2>&1 & echo $! > {PID_FILE})"
+)
+ALIVE = f'test -s {PID_FILE} && kill -0 "$(cat {PID_FILE})" 2>/dev/null'
+STOP = f'if test -s {PID_FILE}; then kill "$(cat {PID_FILE})" 2>/dev/null; sleep 2; rm -f {PID_FILE}; fi'
+
+
+@dataclass(frozen=True)
+class ServeResult:
+    url: str
+    model: str
+    nodes: list[str]
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"url": self.url, "model": self.model, "nodes": list(self.nodes), "seconds": self.seconds}
+
+
+@dataclass(frozen=True)
+class NodeServe:
+    role: Role
+    script: str
+
+
+@dataclass(frozen=True)
+class ServePlan:
+    """What `kit serve` would run on each node of the planned cluster (its --dry-run)."""
+
+    cluster: str
+    backend: str
+    nodes: list[NodeServe]
+
+
+def plan_serve(config: KitConfig) -> ServePlan:
+    """The serve script of every node that runs `vllm serve`: the head (Ray), every node (mp). Pure."""
+    roles = [Role("head", 0)]
+    if config.backend == "mp":
+        roles += [Role("worker", rank) for rank in range(1, config.nodes)]
+    return ServePlan(config.cluster, config.backend, [NodeServe(r, serve_script(config, r)) for r in roles])
+
+
+def head_url(config: KitConfig, nodes: Sequence[NodeHandle]) -> str:
+    """The server's URL: the local head container's node IP, else head_address, else loopback."""
+    head = next((n for n in nodes if n.role == "head" and n.ip), None)
+    host = (head.ip if head else None) or config.head_address or "127.0.0.1"
+    return f"http://{host}:{config.ports.api}"
+
+
+def serving_nodes(config: KitConfig, nodes: Sequence[NodeHandle]) -> list[NodeHandle]:
+    """Which local nodes run `vllm serve`: the head (Ray), or every node (mp), workers first."""
+    running = [n for n in nodes if n.state == "running"]
+    if not running:
+        raise StartError(
+            f"no running node of cluster {config.cluster} on this host",
+            hint="start the nodes first: `kit up --head` (and `kit up --worker` on the others)",
+        )
+    if config.backend == "ray":
+        if config.accelerator == "cpu":
+            raise ConfigError(
+                "vLLM's Ray executor does not run on CPU", key="backend", hint="use backend: mp with accelerator: cpu"
+            )
+        heads = [n for n in running if n.role == "head"]
+        if not heads:
+            raise StartError(
+                "with the Ray backend `kit serve` runs on the head node",
+                hint="run it on the head's host (workers only join the Ray cluster)",
+            )
+        return heads
+    return sorted(running, key=lambda n: (n.role == "head", n.rank))
+
+
+def log_tail(runtime: Runtime, node: NodeHandle, lines: int = 25) -> list[str]:
+    out = runtime.exec(node, ["tail", "-n", str(lines), SERVE_LOG]).stdout
+    return [ln for ln in out.splitlines() if ln.strip()]
+
+
+def stop_running(runtime: Runtime, targets: Sequence[NodeHandle], *, replace: bool) -> None:
+    """A server already running on a target is an error, or (`replace`) stopped first."""
+    for node in targets:
+        if runtime.exec(node, ["bash", "-c", ALIVE]).returncode == 0:
+            if not replace:
+                raise StartError(
+                    f"a server is already running in {node.name}",
+                    hint="`kit serve --replace` restarts it; `kit logs --serve` shows it",
+                )
+            runtime.exec(node, ["bash", "-c", STOP])
+
+
+def launch(
+    config: KitConfig, runtime: Runtime, targets: Sequence[NodeHandle], *, on_progress: Callable[[str], None]
+) -> None:
+    """Start each target's serve script in the background (kit.plan.scripts.serve_script)."""
+    for node in targets:
+        script = serve_script(config, Role(node.role, node.rank))
+        runtime.exec_detached(node, ["bash", "-c", LAUNCH, "kit-serve", script])
+        on_progress(f"{node.name}: started vllm serve ({node.role}, rank {node.rank})")
+
+
+def wait_healthy(
+    config: KitConfig,
+    runtime: Runtime,
+    targets: Sequence[NodeHandle],
+    url: str,
+    *,
+    started: float,
+    deadline: float | None,
+    on_progress: Callable[[str], None],
+) -> None:
+    """Wait for `url`/health, at most timeouts.ready s after `started` and never past `deadline`
+    (time.monotonic(); kit tune's budget). A server process that exits ends the wait at once,
+    with its log tail."""
+    from kit import client
+
+    give_up = started + config.timeouts.ready if deadline is None else min(started + config.timeouts.ready, deadline)
+    last = ""
+    next_check = 0.0
+    while not client.health(url, timeout=1):
+        now = time.monotonic()
+        if now >= next_check:  # the processes and the log every 2 s; /health every 0.5 s
+            next_check = now + 2
+            for node in targets:
+                if runtime.exec(node, ["bash", "-c", ALIVE]).returncode != 0:
+                    raise StartError(
+                        f"vllm serve exited in {node.name} before the server became healthy",
+                        details=log_tail(runtime, node),
+                        hint="see `kit logs --serve` and `kit diagnose`; fix, then `kit serve --replace`",
+                    )
+            tail = log_tail(runtime, targets[-1], 1)
+            if tail and tail[-1] != last:
+                last = tail[-1]
+                on_progress(f"waiting for {url}/health ({now - started:.0f} s): {last[:160]}")
+        if now > give_up:
+            raise StartError(
+                f"the server was not healthy after {config.timeouts.ready} s"
+                if give_up != deadline
+                else f"the time budget ran out {now - started:.0f} s into waiting for {url}/health",
+                details=log_tail(runtime, targets[-1]),
+                hint="raise timeouts.ready (big models load slowly) or check `kit logs --serve`",
+            )
+        time.sleep(0.5)

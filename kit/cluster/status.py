@@ -1,0 +1,329 @@
+"""What runs: the cluster's containers on this host, the Ray view of every node (with the IP each
+registered against its VLLM_HOST_IP), and which data-parallel engines live. `kit status`,
+`kit demo` and `kit verify` read it through kit.cluster.Cluster."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kit.config import KitConfig
+from kit.errors import StartError
+from kit.labels import LayoutLabels
+from kit.output import table
+from kit.runtime.base import NodeHandle, Runtime
+
+# Runs inside the head container: the Ray view, plus each alive node's own VLLM_HOST_IP read by a
+# zero-CPU task pinned to that node (FIELD_NOTES §1 rows 1, 9: registered IP must equal it).
+RAY_VIEW_PY = r"""
+import json, os, sys
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+ray.init(address=os.environ["VLLM_HOST_IP"] + ":" + sys.argv[1], logging_level="ERROR", log_to_driver=False)
+
+@ray.remote(num_cpus=0)
+def host_ip():
+    return os.environ.get("VLLM_HOST_IP")
+
+nodes = ray.nodes()
+refs = {}
+for n in nodes:
+    if n.get("Alive"):
+        strategy = NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+        refs[n["NodeID"]] = host_ip.options(scheduling_strategy=strategy).remote()
+# One shared deadline: a node that just died must not stall the whole view.
+ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=float(sys.argv[2]))
+ips = {}
+for node_id, ref in refs.items():
+    try:
+        ips[node_id] = ray.get(ref, timeout=0) if ref in ready else None
+    except Exception:
+        ips[node_id] = None
+out = []
+for n in nodes:
+    res = n.get("Resources", {})
+    out.append({"node_id": n["NodeID"], "alive": bool(n.get("Alive")), "ip": n.get("NodeManagerAddress"),
+                "cpus": res.get("CPU", 0), "gpus": res.get("GPU", 0), "vllm_host_ip": ips.get(n["NodeID"])})
+print("KIT_JSON " + json.dumps(out))
+"""
+
+
+# vLLM names each data-parallel engine process `VLLM::EngineCore_DP<rank>` (its process title,
+# vllm/v1/engine/core.py, seen in /proc/PID/cmdline): listing them inside a node container shows
+# which of its DP ranks live. With the Ray DP backend the engines are Ray actors titled
+# `ray::DPMoEEngineCoreActor...` / `ray::EngineCoreActor...` (no rank in the title): counted.
+ENGINE_SCAN = (
+    "cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n' "
+    "| grep -oE '^(VLLM::EngineCore_DP[0-9]+|ray::(DPMoE)?EngineCoreActor)' || true"
+)
+_ENGINE_RE = re.compile(r"^VLLM::EngineCore_DP(\d+)$", re.MULTILINE)
+_RAY_ENGINE_RE = re.compile(r"^ray::(?:DPMoE)?EngineCoreActor$", re.MULTILINE)
+
+
+def alive_dp_ranks(runtime: Runtime, node: NodeHandle) -> tuple[list[int], int]:
+    """The DP ranks whose engine process runs in this node's container, and the number of
+    engine processes found (Ray engine actors carry no rank)."""
+    out = runtime.exec(node, ["bash", "-c", ENGINE_SCAN], timeout=15).stdout
+    ranks = sorted({int(m) for m in _ENGINE_RE.findall(out)})
+    return ranks, len(ranks) + len(_RAY_ENGINE_RE.findall(out))
+
+
+@dataclass(frozen=True)
+class ContainerRow:
+    name: str
+    role: str
+    rank: int
+    state: str
+    node_ip: str | None
+    image: str
+    image_digest: str | None
+    uptime: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "role": self.role,
+            "rank": self.rank,
+            "state": self.state,
+            "node_ip": self.node_ip,
+            "image": self.image,
+            "image_digest": self.image_digest,
+            "uptime": self.uptime,
+        }
+
+
+@dataclass(frozen=True)
+class DPNode:
+    """One local node's data-parallel ranks: planned (mp), alive, and the engines found."""
+
+    container: str
+    node_rank: int
+    expected: list[int]
+    alive: list[int]
+    engines: int
+    missing: list[int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "container": self.container,
+            "node_rank": self.node_rank,
+            "expected": self.expected,
+            "alive": self.alive,
+            "engines": self.engines,
+            "missing": self.missing,
+        }
+
+
+@dataclass(frozen=True)
+class DPView:
+    size: int
+    per_node: int
+    backend: str
+    nodes: list[DPNode]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "size": self.size,
+            "per_node": self.per_node,
+            "backend": self.backend,
+            "nodes": [n.to_dict() for n in self.nodes],
+        }
+
+
+@dataclass(frozen=True)
+class StatusResult:
+    cluster: str
+    containers: list[ContainerRow]
+    ray: list[dict[str, Any]] | None = None  # Ray's node list (merge_views), None when not asked
+    dp: DPView | None = None
+    ray_error: str | None = None
+    # The layout the head was started with (its labels): shown to people; the JSON document keeps
+    # the keys it had before issue 17.
+    layout: LayoutLabels | None = field(default=None, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "cluster": self.cluster,
+            "containers": [c.to_dict() for c in self.containers],
+            "ray": self.ray,
+        }
+        if self.dp is not None:
+            out["dp"] = self.dp.to_dict()
+        if self.ray_error is not None:
+            out["ray_error"] = self.ray_error
+        return out
+
+
+def started_layout(nodes: Sequence[NodeHandle]) -> LayoutLabels | None:
+    """The layout the cluster's nodes were started with: the head's labels (else any node's)."""
+    for node in sorted(nodes, key=lambda n: n.role != "head"):
+        found = LayoutLabels.from_labels(node.labels)
+        if found is not None:
+            return found
+    return None
+
+
+def collect(config: KitConfig, runtime: Runtime, *, ray: bool = True) -> StatusResult:
+    """The cluster's containers on this host, its DP engines and (Ray backend) the Ray view."""
+    nodes = runtime.find_nodes(config.cluster)
+    containers = [
+        ContainerRow(n.name, n.role, n.rank, n.state, n.ip, n.image, n.image_digest, uptime(n.started_at))
+        for n in nodes
+    ]
+    layout = started_layout(nodes)
+    dp = layout.dp if layout is not None else config.dp
+    dp_local = max(1, dp // config.nodes)
+    view = DPView(dp, dp_local, config.backend, dp_view(config, runtime, nodes, dp_local)) if dp > 1 else None
+    head = next((n for n in nodes if n.role == "head" and n.state == "running"), None)
+    ray_nodes, ray_error = None, None
+    if ray and head is not None and config.backend == "ray":
+        try:
+            ray_nodes = merge_views(ray_view(runtime, head, config.ports.ray_gcs), nodes)
+        except StartError as err:
+            ray_error = err.message
+    return StatusResult(config.cluster, containers, ray_nodes, view, ray_error, layout)
+
+
+def dp_view(config: KitConfig, runtime: Runtime, nodes: Sequence[NodeHandle], dp_local: int) -> list[DPNode]:
+    """Per local node: the DP ranks the plan puts there (mp: node rank × DP ranks per node …) and
+    which of them have a live engine. With the Ray DP backend Ray places the ranks: none expected."""
+    rows = []
+    for node in sorted(nodes, key=lambda n: n.rank):
+        expected = list(range(node.rank * dp_local, (node.rank + 1) * dp_local)) if config.backend == "mp" else []
+        alive, engines = alive_dp_ranks(runtime, node) if node.state == "running" else ([], 0)
+        rows.append(DPNode(node.name, node.rank, expected, alive, engines, [r for r in expected if r not in alive]))
+    return rows
+
+
+def ray_view(runtime: Runtime, head: NodeHandle, gcs_port: int, timeout: float = 4) -> list[dict[str, Any]]:
+    result = runtime.exec(head, ["python3", "-c", RAY_VIEW_PY, str(gcs_port), str(timeout)])
+    for line in result.stdout.splitlines():
+        if line.startswith("KIT_JSON "):
+            nodes: list[dict[str, Any]] = json.loads(line[len("KIT_JSON ") :])
+            for node in nodes:
+                node["ip_matches"] = node["vllm_host_ip"] == node["ip"] if node["alive"] else None
+            return nodes
+    tail = (result.stderr or result.stdout).strip().splitlines()[-5:]
+    raise StartError(
+        "cannot read the Ray view from the head", details=tail, hint="is the head ready? see `kit logs --role head`"
+    )
+
+
+def merge_views(ray: list[dict[str, Any]], local: list[NodeHandle]) -> list[dict[str, Any]]:
+    """Ray's node list, one row per IP (a node that rejoined leaves a dead entry behind), with
+    `lost` also set when the node's container on this host is not running: Ray's health check
+    takes seconds to notice, the container state is known at once."""
+    stopped = {n.ip for n in local if n.state != "running"}
+    latest: dict[str, dict[str, Any]] = {}
+    for node in ray:
+        node = {**node, "lost": (not node["alive"]) or node["ip"] in stopped}
+        kept = latest.get(node["ip"])
+        if kept is None or (node["alive"] and not kept["alive"]):
+            latest[node["ip"]] = node
+    return sorted(latest.values(), key=lambda n: tuple(int(p) for p in str(n["ip"]).split(".") if p.isdigit()))
+
+
+def uptime(started_at: str | None) -> str:
+    if not started_at or started_at.startswith("0001"):
+        return "-"
+    try:
+        start = dt.datetime.fromisoformat(started_at[:26].rstrip("Z") + "+00:00")
+    except ValueError:
+        return "-"
+    secs = int((dt.datetime.now(dt.timezone.utc) - start).total_seconds())
+    return f"{secs // 3600}h{secs % 3600 // 60:02d}m" if secs >= 3600 else f"{secs // 60}m{secs % 60:02d}s"
+
+
+def render(result: StatusResult) -> str:
+    """The status for people: tables of the containers, the Ray nodes and the DP ranks."""
+    doc = result.to_dict()
+    out = [f"cluster {result.cluster}"]
+    if result.layout is not None:
+        lay = result.layout
+        out.append(f"layout: TP={lay.tp} PP={lay.pp} DP={lay.dp}" + (" EP" if lay.ep else "") + f" ({lay.decided_by})")
+    if not doc["containers"]:
+        out.append("no kit containers of this cluster on this host")
+    else:
+        out.append(
+            table(
+                ["container", "role", "rank", "state", "node ip", "uptime", "image digest"],
+                [
+                    (
+                        c["name"],
+                        c["role"],
+                        c["rank"],
+                        c["state"],
+                        c["node_ip"],
+                        c["uptime"],
+                        _short_digest(c["image_digest"]),
+                    )
+                    for c in doc["containers"]
+                ],
+            )
+        )
+    if doc.get("ray") is not None:
+        ray = doc["ray"]
+        alive = [n for n in ray if not n["lost"]]
+        out.append("")
+        out.append(
+            f"Ray: {len(alive)} alive node(s), {len(ray) - len(alive)} lost, "
+            f"{sum(n['cpus'] for n in alive):g} CPU, {sum(n['gpus'] for n in alive):g} GPU"
+        )
+        out.append(
+            table(
+                ["ray node", "alive", "registered ip", "VLLM_HOST_IP", "match", "CPU", "GPU"],
+                [
+                    (
+                        n["node_id"][:12],
+                        "LOST" if n["lost"] else "yes",
+                        n["ip"],
+                        n["vllm_host_ip"] or "-",
+                        {True: "yes", False: "NO", None: "-"}[n["ip_matches"]],
+                        f"{n['cpus']:g}",
+                        f"{n['gpus']:g}",
+                    )
+                    for n in ray
+                ],
+            )
+        )
+    if doc.get("dp"):
+        dp = doc["dp"]
+        rows = dp["nodes"]
+        n_alive = sum(n["engines"] for n in rows)
+        out.append("")
+        out.append(
+            f"data parallel: {dp['size']} rank(s), {dp['per_node']} per node ({dp['backend']}); "
+            f"{n_alive} alive on this host"
+        )
+        out.append(
+            table(
+                ["container", "node rank", "DP ranks", "alive", "missing"],
+                [
+                    (
+                        n["container"],
+                        n["node_rank"],
+                        _ranks(n["expected"]) if n["expected"] else "(Ray places them)",
+                        _ranks(n["alive"]) if n["expected"] else f"{n['engines']} engine(s)",
+                        _ranks(n["missing"]) if n["missing"] else "-",
+                    )
+                    for n in rows
+                ],
+            )
+        )
+    if doc.get("ray_error"):
+        out.append(f"Ray: {doc['ray_error']}")
+    return "\n".join(out)
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ",".join(str(r) for r in ranks) if ranks else "none"
+
+
+def _short_digest(digest: str | None) -> str:
+    if not digest:
+        return "-"
+    return digest if len(digest) < 40 else digest[: digest.index(":") + 13] if ":" in digest else digest[:20]

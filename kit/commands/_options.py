@@ -1,0 +1,175 @@
+"""Click glue the verbs share: the config flags (--config, --cluster, --set), --json, the load
+flags of `kit bench` and `kit tune`, flag values turned into config overrides, and --head /
+--worker into a node role. Click only: what the verbs do lives in kit.cluster and kit.bench."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import click
+
+from kit import validate
+from kit.commands._params import Count, Number
+from kit.config import SCHEMA, parse_scalar
+from kit.errors import ConfigError, UsageError
+from kit.plan.roles import Role
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def config_options(func: F) -> F:
+    """--config, --cluster and --set KEY=VALUE (any config key) for every verb that reads kit.yaml."""
+    func = click.option(
+        "--set",
+        "set_values",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Set any config key (dotted, e.g. model.max_model_len=8192); repeatable.",
+    )(func)
+    func = click.option("--cluster", help="Cluster name (config: cluster).")(func)
+    func = click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False),
+        help="Config file (default: $KIT_CONFIG, else ./kit.yaml, else built-in defaults).",
+    )(func)
+    return func
+
+
+def layout_options(func: F) -> F:
+    """--tp, --pp, --dp and --ep/--no-ep (model.tp/pp/dp/ep; `auto` is kit.plan.layout's)."""
+    ep_help = "Expert parallelism for MoE layers over TP×DP GPUs (--enable-expert-parallel)."
+    func = click.option("--ep/--no-ep", default=None, help=ep_help)(func)
+    func = click.option("--dp", help="Data parallel size (engine replicas), or auto.")(func)
+    func = click.option("--pp", help="Pipeline parallel size, or auto.")(func)
+    func = click.option("--tp", help="Tensor parallel size, or auto.")(func)
+    return func
+
+
+def json_option(func: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print one JSON document (for machines).")(func)
+
+
+def overrides_from(
+    flags: Mapping[str, Any], mapping: Mapping[str, str], set_values: tuple[str, ...] = ()
+) -> dict[str, tuple[Any, str]]:
+    """Flag values (not None) -> config overrides with 'flag --x' as their source."""
+    out: dict[str, tuple[Any, str]] = {}
+    for item in set_values:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            raise UsageError(f"--set {validate.preview(item)} must look like KEY=VALUE", hint="e.g. --set model.tp=4")
+        if key not in SCHEMA:
+            guess = difflib.get_close_matches(key, list(SCHEMA), n=1)
+            shown = key if len(key) <= 64 else validate.preview(key)
+            raise ConfigError(
+                "unknown key",
+                key=shown,
+                source=f"flag --set {shown}",
+                hint=f"did you mean '{guess[0]}'?" if guess else "see `kit config show`",
+            )
+        out[key] = (parse_scalar(key, raw, f"flag --set {key}"), f"flag --set {key}")
+    for flag, key in mapping.items():
+        value = flags.get(flag)
+        if value is None or value == ():
+            continue
+        if isinstance(value, str) and SCHEMA[key].kind not in ("str", "choice", "size"):
+            value = parse_scalar(key, value, f"flag --{flag.replace('_', '-')}")
+        out[key] = (value, f"flag --{flag.replace('_', '-')}")
+    return out
+
+
+def load_options(func: F) -> F:
+    """The load flags `kit bench` and `kit tune` share (their bounds imported here, not at the top:
+    kit.bench pulls in requests, which the other verbs do not need)."""
+    from kit.bench.load import MAX_INPUT_LEN, MAX_OUTPUT_LEN, MAX_PROMPTS
+    from kit.bench.runner import MAX_IN_FLIGHT
+
+    options = [
+        click.option(
+            "--dataset",
+            default="fixed",
+            show_default=True,
+            metavar="fixed|random|FILE",
+            help="Fixed lengths, random lengths (--range-ratio), or a JSONL / ShareGPT JSON file.",
+        ),
+        click.option(
+            "--num-prompts",
+            "-n",
+            type=Count(1, MAX_PROMPTS),
+            default=16,
+            show_default=True,
+            help=f"Requests per load point (at most {MAX_PROMPTS}).",
+        ),
+        click.option(
+            "--input-len",
+            type=Count(1, MAX_INPUT_LEN),
+            default=32,
+            show_default=True,
+            help="Prompt length in words (~tokens).",
+        ),
+        click.option(
+            "--output-len",
+            type=Count(1, MAX_OUTPUT_LEN),
+            default=32,
+            show_default=True,
+            help="Tokens to generate per request.",
+        ),
+        click.option(
+            "--range-ratio", type=Number(0, 1), default=0.5, show_default=True, help="--dataset random: ± spread."
+        ),
+        click.option("--rate", help="Request rate(s) per second, Poisson arrivals; e.g. 1,2,inf (default inf)."),
+        click.option(
+            "--concurrency",
+            "-c",
+            help=f"Max requests in flight (at most {MAX_IN_FLIGHT}); a sweep like 1,2,4 (default 1; "
+            f"with --rate, no limit, so -n must then be {MAX_IN_FLIGHT} or less).",
+        ),
+        click.option(
+            "--burstiness",
+            type=Number(0, 1000, above=True),
+            default=1.0,
+            show_default=True,
+            help="Gamma shape (1 = Poisson).",
+        ),
+        click.option(
+            "--warmup", type=Count(0, 1000), default=1, show_default=True, help="Untimed requests before measuring."
+        ),
+        click.option("--seed", type=Count(0, 2**63 - 1), default=0, show_default=True),
+        click.option(
+            "--ignore-eos/--no-ignore-eos",
+            default=True,
+            show_default=True,
+            help="Generate exactly --output-len tokens.",
+        ),
+        click.option(
+            "--request-timeout",
+            type=Number(0, 7 * 86400, above=True),
+            default=600,
+            show_default=True,
+            help="Seconds per request.",
+        ),
+        click.option(
+            "--api-key-file", type=click.Path(dir_okay=False), help="File holding the API key (config: api_key_file)."
+        ),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+def role_from_flags(head: bool, worker: bool, node_rank: int | None) -> Role:
+    if head and worker:
+        raise UsageError("--head and --worker exclude each other", hint="pass one of them")
+    if worker:
+        return Role("worker", 1 if node_rank is None else node_rank)
+    if node_rank not in (None, 0):
+        raise UsageError("the head always has node rank 0", hint="drop --node-rank or add --worker")
+    return Role("head", 0)
+
+
+def cluster_overrides(cluster: str | None, set_values: tuple[str, ...]) -> dict[str, tuple[Any, str]]:
+    """The overrides of a verb whose only config flags are the common ones (--cluster, --set)."""
+    return overrides_from({"cluster": cluster}, {"cluster": "cluster"}, set_values)
