@@ -2,22 +2,23 @@
 
 What a load of streamed POSTs needs and nothing more: http and https, a keep-alive pool (as
 vLLM's aiohttp connector keeps one), Content-Length, chunked and read-until-close bodies, gzip
-and deflate. Each piece the server sends is stamped with `time.perf_counter()` when the event
-loop reads it off the socket (`data_received`), before any parsing: the time a token reached
-this machine, not the time this client got round to it. That is the point of owning the client:
-aiohttp and httpx hand bytes over only after their own buffering and a task switch, and where
-that happens is theirs to change.
+and deflate. Each piece the server sends is stamped with the time the event loop's wait for the
+sockets returned with it (StampingSelector), before any task runs: the time a token reached
+this process, not the time this client got round to parsing it. That is the point of owning
+the client: aiohttp and httpx hand bytes over only after their own buffering and a task
+switch, and where that happens is theirs to change.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import selectors
 import ssl
 import time
 import zlib
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -219,11 +220,36 @@ class ResponseParser:
             raise ProtocolError(f"the compressed body does not decode: {exc}") from None
 
 
+class StampingSelector(selectors.DefaultSelector):
+    """The event loop's selector, noting when each wait for the sockets returned. Every piece
+    read in a loop iteration was reported by that wait, so that is when it was here. The read
+    callbacks of an iteration run after the tasks woken in the one before (asyncio's ready
+    queue), so a stamp taken in data_received would add the parsing of the previous pieces:
+    ~50 us a stream, milliseconds at a concurrency of 100 (measured by
+    benchmarks/client_overhead.py)."""
+
+    returned = 0.0
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        ready = super().select(timeout)
+        self.returned = time.perf_counter()
+        return ready
+
+
+def new_event_loop(stamp_at_select: bool = True) -> tuple[asyncio.AbstractEventLoop, Callable[[], float]]:
+    """An event loop and the clock its connections stamp arrivals with."""
+    if not stamp_at_select:
+        return asyncio.new_event_loop(), time.perf_counter
+    selector = StampingSelector()
+    return asyncio.SelectorEventLoop(selector), lambda: selector.returned
+
+
 class Connection(asyncio.Protocol):
     """One connection. What the server sends is queued as (arrival time, bytes) by the event
     loop itself, so the time is right even while the task that reads it is busy."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.clock = clock
         self.transport: asyncio.Transport | None = None
         self.pieces: deque[tuple[float, bytes]] = deque()
         self.closed = False
@@ -240,7 +266,7 @@ class Connection(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data: bytes) -> None:
-        now = time.perf_counter()
+        now = self.clock()
         self._last = now
         self.pieces.append((now, data))
         self._wake()
@@ -339,8 +365,9 @@ class Pool:
     """Kept-alive connections to one endpoint, most recently used first; one per request in
     flight, so never more than the run's concurrency."""
 
-    def __init__(self, endpoint: Endpoint) -> None:
+    def __init__(self, endpoint: Endpoint, clock: Callable[[], float] = time.perf_counter) -> None:
         self.endpoint = endpoint
+        self.clock = clock
         self.opened = 0  # connections opened so far (the keep-alive test counts them)
         self._idle: list[Connection] = []
         self._all: set[Connection] = set()
@@ -354,8 +381,9 @@ class Pool:
             self._all.discard(conn)
         loop = asyncio.get_running_loop()
         ep = self.endpoint
+        hostname = ep.host if self._tls else None
         connect = loop.create_connection(
-            Connection, ep.host, ep.port, ssl=self._tls, server_hostname=ep.host if self._tls else None
+            lambda: Connection(self.clock), ep.host, ep.port, ssl=self._tls, server_hostname=hostname
         )
         _, conn = await asyncio.wait_for(connect, timeout)
         self._all.add(conn)

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kit.bench.client import Connection, ConnectionLost, Endpoint, Pool, ResponseParser
+from kit.bench.client import Connection, ConnectionLost, Endpoint, Pool, ResponseParser, new_event_loop
 from kit.bench.dataset import Prompt
 from kit.bench.metrics import RequestRecord
 from kit.bench.schedule import LoadPoint, arrivals
@@ -153,6 +153,8 @@ class Runner:
     """One load point at a time; `stop()` (any thread) ends it early, Ctrl-C too. `deadline`
     (time.monotonic()) ends every run and request at that time."""
 
+    stamp_at_select = True  # False: when the read callback runs (benchmarks/client_overhead.py compares)
+
     def __init__(self, target: Target, on_progress: Progress | None = None, deadline: float | None = None) -> None:
         self.target = target
         self.on_progress = on_progress or (lambda *_: None)
@@ -171,6 +173,7 @@ class Runner:
         self._failed = 0
         self._total = 0
         self._tasks: list[asyncio.Task[None]] = []
+        self._clock: Callable[[], float] = time.perf_counter
 
     def stop(self, reason: str) -> None:
         """End the run: no request starts after this and open streams are cut (any thread)."""
@@ -198,7 +201,7 @@ class Runner:
         self._failed, self._total = 0, len(prompts)
         offsets = arrivals(len(prompts), point.rate, burstiness, seed=seed)
         workers = min(point.concurrency or len(prompts), len(prompts)) or 1
-        loop = asyncio.new_event_loop()
+        loop, self._clock = new_event_loop(self.stamp_at_select)
         self._loop, self._thread = loop, threading.get_ident()
         # The objects alive now (kit's modules, the prompts) leave the collector's view, so a
         # full collection during the run walks only what the run made: no pause of tens of
@@ -253,7 +256,7 @@ class Runner:
 
     async def _send_all(self, prompts: Sequence[Prompt], offsets: list[float], workers: int) -> float:
         loop = asyncio.get_running_loop()
-        self._pool = Pool(self.endpoint)
+        self._pool = Pool(self.endpoint, self._clock)
         limit = asyncio.Semaphore(workers)
         left = self.left()
         budget = None if left is None else loop.call_later(max(left, 0.0), self._stop, BUDGET_STOP)
@@ -275,6 +278,7 @@ class Runner:
         finally:
             if budget is not None:
                 budget.cancel()
+            self.connections_opened += self._pool.opened
         return time.perf_counter() - start
 
     async def _request(self, index: int, prompt: Prompt, arrival: float, limit: asyncio.Semaphore) -> None:
@@ -307,9 +311,7 @@ class Runner:
         try:
             payload = json.dumps(request_body(self.target, prompt)).encode()
             data = self.endpoint.post("/v1/chat/completions", self._headers, payload)
-            opened = self._pool.opened
             conn = await self._pool.get(min(10.0, timeout))
-            self.connections_opened += self._pool.opened - opened
             phase = "waiting for the answer"
             record.start = time.perf_counter()  # the request leaves now
             record.queue_time = record.start - arrival
