@@ -97,10 +97,17 @@ class TruthServer:
         self.rid = itertools.count(1)
         self.closed: set[socket.socket] = set()
         self.realtime = False
-        base = {"id": "chatcmpl-kit", "object": "chat.completion.chunk", "model": MODEL}
-        self.role = _event({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
-        self.word = _event({**base, "choices": [{"index": 0, "delta": {"content": " w"}, "finish_reason": None}]})
-        first = {**base, "choices": [{"index": 0, "delta": {"content": "r%d"}, "finish_reason": None}]}
+        # The fields and sizes of vLLM 0.32's chunks (~220 bytes), as its server sends them.
+        base = {"id": "chatcmpl-925ad7fb1b060773", "object": "chat.completion.chunk", "created": 1795636294}
+        base["model"] = MODEL
+
+        def choice(delta: dict[str, str], **more: Any) -> dict[str, Any]:
+            return {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": None, **more}]}
+
+        extra = {"prompt_token_ids": None, "prompt_text": None}
+        self.role = _event({**choice({"role": "assistant", "content": ""}), **extra})
+        self.word = _event(choice({"content": " w"}, token_ids=None))
+        first = choice({"content": "r%d"}, token_ids=None)
         self.first = b"data: " + json.dumps(first).encode() + b"\n\n"  # framed per request, with its number
         self.base = base
 
