@@ -86,7 +86,7 @@ def test_arrivals_poisson_rescaled_like_vllm() -> None:
 
 
 def test_more_in_flight_than_kit_runs_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    """kit keeps at most MAX_IN_FLIGHT requests in flight (a thread each): a load that needs more
+    """kit keeps at most MAX_IN_FLIGHT requests in flight (a connection each): a load that needs more
     is one line, exit 3, before any request, instead of a silent cap recorded as unlimited."""
     from kit.bench.runner import MAX_IN_FLIGHT
     from kit.cli import main
