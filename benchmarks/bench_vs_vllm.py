@@ -36,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +183,15 @@ def recompute(vllm_doc: dict[str, Any]) -> dict[str, float]:
     return worst
 
 
+def settle(below: float, limit_s: float = 180.0) -> float:
+    """Wait until the 1-minute load average is below `below` (other work on a shared host skews
+    the server's speed between two runs by more than the clients differ); the load at the start."""
+    deadline = time.monotonic() + limit_s
+    while below > 0 and os.getloadavg()[0] >= below and time.monotonic() < deadline:
+        time.sleep(5)
+    return os.getloadavg()[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", required=True)
@@ -202,6 +212,13 @@ def main() -> None:
     )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", type=Path, help="also write the JSON document here")
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=0.0,
+        metavar="LOAD",
+        help="before each run wait (up to 3 min) until the 1-minute load average is below LOAD (a shared host)",
+    )
     args = parser.parse_args()
     key = Path(args.api_key_file).read_text().strip() if args.api_key_file else None
     snapshot = (
@@ -229,12 +246,14 @@ def main() -> None:
         for r in range(args.rounds):
             order = ("kit", "vllm") if r % 2 == 0 else ("vllm", "kit")
             for side in order:
-                print(f"round {r + 1}/{args.rounds}: {side}", file=sys.stderr)
+                load = settle(args.settle)
+                print(f"round {r + 1}/{args.rounds}: {side} (load average {load:.2f})", file=sys.stderr)
                 run = (
                     run_kit(args, key, data, Path(tmp) / f"kit{r}.json")
                     if side == "kit"
                     else run_vllm(args, key, snapshot)
                 )
+                run["load_average_at_start"] = load
                 if int(run["completed"]) != args.n:  # a 401 or a dead server: nothing to compare
                     errors = sorted({str(e) for e in run.get("errors", []) if e})[:3]
                     sys.exit(f"{side}: {run['completed']} of {args.n} requests completed {errors} (--api-key-file?)")
@@ -267,6 +286,8 @@ def main() -> None:
         f"{args.n} requests, concurrency {args.c}, the same {args.input_len}-word prompts on both sides, "
         f"{args.output_len} tokens out, {args.rounds} rounds each (medians); kit's client: {args.kit_client}"
     )
+    loads = [float(x["load_average_at_start"]) for x in kit_runs + vllm_runs]
+    print(f"1-minute load average at the runs' starts: {min(loads):.2f}-{max(loads):.2f}")
     ins = {
         (int(k["total_input_tokens"]), int(v["total_input_tokens"])) for k, v in zip(kit_runs, vllm_runs, strict=True)
     }
