@@ -13,7 +13,9 @@ chunk. The same load then goes to each client, one at a time, in rotating order,
   --network host`; the tiny model's tokenizer from kit demo's HF cache, read-only);
 - `aiohttp`, `httpx` (with --candidates, where installed): kit's runner with its HTTP exchange
   swapped for that library's, timed where that library hands the bytes over; how the client
-  was chosen.
+  was chosen;
+- `new-read` (name it in --clients): kit's client stamping a piece when its read callback runs
+  instead of when the event loop's wait returned (Runner.stamp_at_select = False).
 
 Every client reports, per request, its start time, TTFT and ITLs. Per client and concurrency
 the script prints the measured minus the scheduled TTFT and ITL (p50, p99 over every request
