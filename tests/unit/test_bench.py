@@ -87,7 +87,7 @@ def test_arrivals_poisson_rescaled_like_vllm() -> None:
 
 
 def test_more_in_flight_than_kit_runs_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
-    """kit keeps at most MAX_IN_FLIGHT requests in flight (a thread each): a load that needs more
+    """kit keeps at most MAX_IN_FLIGHT requests in flight (a connection each): a load that needs more
     is one line, exit 3, before any request, instead of a silent cap recorded as unlimited."""
     from kit.bench.runner import MAX_IN_FLIGHT
     from kit.cli import main
@@ -194,6 +194,10 @@ class FakeVLLM(BaseHTTPRequestHandler):
     chunked = True
     interrupt_at: int | None = None  # Ctrl-C in the test's main thread when this request arrives
     die_mid_stream = False  # with die_after: drop the connection after two tokens, not before answering
+    first_delay = 0.0  # headers and an SSE comment at once, the first chunk with choices this much later
+    stall: str | None = None  # "before-answer": never answers; "after-headers": headers, then nothing
+    length_body = False  # the whole stream as one Content-Length body (a buffering proxy)
+    peers: set[tuple[str, int]] = set()  # noqa: RUF012 (the client's connections, by their address)
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -224,6 +228,29 @@ class FakeVLLM(BaseHTTPRequestHandler):
             return
         cls = type(self)
         cls.served += 1
+        cls.peers.add(self.client_address)
+        if cls.stall:
+            if cls.stall == "after-headers":
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                self.wfile.flush()
+            time.sleep(2)
+            self.close_connection = True
+            return
+        if cls.length_body:
+            n = body["max_completion_tokens"]
+            events = [{"choices": [{"delta": {"role": "assistant", "content": ""}}]}]
+            events += [{"choices": [{"delta": {"content": " w"}}]}] * n
+            events += [{"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": n}}]
+            raw = b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+            return
         if cls.served == cls.interrupt_at:
             _thread.interrupt_main()
         dies = cls.die_after is not None and cls.served > cls.die_after
@@ -246,6 +273,10 @@ class FakeVLLM(BaseHTTPRequestHandler):
             self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n" if cls.chunked else raw)
             self.wfile.flush()
 
+        if cls.first_delay:
+            self.wfile.write(b"8\r\n: ping\n\n\r\n" if cls.chunked else b": ping\n\n")
+            self.wfile.flush()
+            time.sleep(cls.first_delay)
         send(json.dumps({"choices": [{"delta": {"role": "assistant", "content": ""}}]}))
         for i in range(n):
             time.sleep(self.token_delay)
@@ -268,6 +299,10 @@ def fake_server() -> Iterator[str]:
     FakeVLLM.token_delay = 0.005
     FakeVLLM.interrupt_at = None
     FakeVLLM.die_mid_stream = False
+    FakeVLLM.first_delay = 0.0
+    FakeVLLM.stall = None
+    FakeVLLM.length_body = False
+    FakeVLLM.peers = set()
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeVLLM)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -386,7 +421,8 @@ def test_cli_server_dying_mid_run_saves_partial_results(
     assert code == 8 and len(lines) == 1, err
     assert "the server stopped answering" in lines[0] and "(4 of 6 requests not answered)" in lines[0]
     assert f"partial results saved to {out}" in lines[0]
-    assert ("(ProtocolError: Connection broken)" if mid_stream else "(ConnectionError: Remote end closed)") in lines[0]
+    cause = "(connection broken mid-response)" if mid_stream else "(connection closed before the response)"
+    assert cause in lines[0]
     doc = json.loads(out.read_text())
     m = doc["points"][0]["metrics"]
     assert doc["complete"] is False and "stopped answering" in doc["error"]
