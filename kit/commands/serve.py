@@ -29,8 +29,25 @@ LAUNCH = (
     f'mkdir -p {SERVE_DIR} && printf "%s" "$1" > {SERVE_SCRIPT} && '
     f"(nohup bash {SERVE_SCRIPT} > {SERVE_LOG} 2>&1 & echo $! > {PID_FILE})"
 )
-ALIVE = f'test -s {PID_FILE} && kill -0 "$(cat {PID_FILE})" 2>/dev/null'
-STOP = f'if test -s {PID_FILE}; then kill "$(cat {PID_FILE})" 2>/dev/null; sleep 2; rm -f {PID_FILE}; fi'
+# The pid must also still be a serve process: a pid file kept by a restarted container names a
+# pid of the old one, which the new one may have given to anything (issue 18).
+ALIVE = (
+    f'test -s {PID_FILE} && kill -0 "$(cat {PID_FILE})" 2>/dev/null '
+    f'&& grep -qsaE "vllm|serve.sh" "/proc/$(cat {PID_FILE})/cmdline"'
+)
+# Stops the serve process's whole process group (its engines and workers too, measured: vLLM
+# keeps them in the group), never the container init's; SIGKILL what is left after 10 s (issue 18).
+STOP = (
+    f'if test -s {PID_FILE}; then pid="$(cat {PID_FILE})"; '
+    'if grep -qsaE "vllm|serve.sh" "/proc/${pid}/cmdline"; then '
+    'st="$(cat "/proc/${pid}/stat")"; read -r -a f <<<"${st##*) }"; pg="${f[2]}"; '
+    'st="$(cat /proc/1/stat)"; read -r -a f <<<"${st##*) }"; '
+    'if [ "${pg}" -gt 1 ] && [ "${pg}" != "${f[2]}" ]; then tgt="-${pg}"; else tgt="${pid}"; fi; '
+    'kill -CONT -- "${tgt}" 2>/dev/null; kill -TERM -- "${tgt}" 2>/dev/null; '
+    'for _ in $(seq 50); do kill -0 "${pid}" 2>/dev/null || break; sleep 0.2; done; '
+    'kill -KILL -- "${tgt}" 2>/dev/null; fi; '
+    f"rm -f {PID_FILE}; fi"
+)
 
 FLAG_KEYS = {
     "model": "model.id",
@@ -39,6 +56,7 @@ FLAG_KEYS = {
     "port": "ports.api",
     "timeout": "timeouts.ready",
     "cluster": "cluster",
+    "supervise": "supervise.enabled",
 }
 
 
@@ -86,20 +104,57 @@ def serve_cluster(
 ) -> dict[str, Any]:
     """Start vllm serve on the serving nodes and wait for /health, at most timeouts.ready s and
     never past `deadline` (time.monotonic(); kit tune's budget)."""
-    from kit import client
+    from kit.supervise import hooks, host
 
     nodes = runtime.find_nodes(config.cluster)
     targets = serving_nodes(config, nodes)
     url = server_url(config, nodes)
+    if replace:  # issue 18: a supervisor would restart what --replace stops
+        host.stop(runtime, targets, "replaced by kit serve --replace")
+
+    def alive(node: NodeHandle) -> bool:
+        return runtime.exec(node, ["bash", "-c", ALIVE]).returncode == 0
+
+    # Issue 18: ranks left running by a head that went away answer nothing: stale, stopped here.
+    stale = hooks.stale_ranks(runtime, targets, url, alive)
     for node in targets:
-        if runtime.exec(node, ["bash", "-c", ALIVE]).returncode == 0:
-            if not replace:
+        if alive(node):
+            if not replace and not stale:
                 raise StartError(
                     f"a server is already running in {node.name}",
                     hint="`kit serve --replace` restarts it; `kit logs --serve` shows it",
                 )
+            if stale:
+                on_progress(f"{node.name}: stopping a stale vllm serve (its head is gone, nothing answers)")
             runtime.exec(node, ["bash", "-c", STOP])
     started = time.monotonic()
+    try:
+        _start_and_wait(config, runtime, targets, url, started, on_progress, deadline)
+    except (KeyboardInterrupt, StartError):
+        # Issue 18: interrupted (Ctrl-C, SIGTERM) or not healthy in time: stop what was started
+        # on every node, so nothing comes up later behind the user's back.
+        for node in targets:
+            runtime.exec(node, ["bash", "-c", STOP])
+        raise
+    return {
+        "url": url,
+        "model": config.served_name,
+        "nodes": [n.name for n in targets],
+        "seconds": round(time.monotonic() - started, 1),
+    }
+
+
+def _start_and_wait(
+    config: KitConfig,
+    runtime: Runtime,
+    targets: list[NodeHandle],
+    url: str,
+    started: float,
+    on_progress: Callable[[str], None],
+    deadline: float | None,
+) -> None:
+    from kit import client
+
     for node in targets:
         script = serve_script(config, Role(node.role, node.rank))
         runtime.exec_detached(node, ["bash", "-c", LAUNCH, "kit-serve", script])
@@ -131,12 +186,6 @@ def serve_cluster(
                 hint="raise timeouts.ready (big models load slowly) or check `kit logs --serve`",
             )
         time.sleep(0.5)
-    return {
-        "url": url,
-        "model": config.served_name,
-        "nodes": [n.name for n in targets],
-        "seconds": round(time.monotonic() - started, 1),
-    }
 
 
 def plan_serve(config: KitConfig) -> dict[str, Any]:
@@ -174,12 +223,25 @@ def dry_run_text(plan: dict[str, Any]) -> str:
 @click.option("--timeout", type=int, help="Seconds to wait for /health (config: timeouts.ready).")
 @click.option("--replace", is_flag=True, help="Stop a running server first.")
 @click.option(
+    "--supervise",
+    is_flag=True,
+    default=None,
+    help="Supervise it: restart the whole group on a failure (config: supervise.enabled).",
+)
+@click.option("--detach", is_flag=True, help="With --supervise: return once ready (supervision goes on).")
+@click.option(
     "--dry-run", is_flag=True, help="Print the `vllm serve` script each node would run (every rank); start nothing."
 )
 @config_options
 @json_option
 def command(
-    config_path: str | None, set_values: tuple[str, ...], replace: bool, dry_run: bool, as_json: bool, **flags: Any
+    config_path: str | None,
+    set_values: tuple[str, ...],
+    replace: bool,
+    detach: bool,
+    dry_run: bool,
+    as_json: bool,
+    **flags: Any,
 ) -> None:
     """Start `vllm serve` for the planned topology and wait until /health answers.
 
@@ -193,6 +255,11 @@ def command(
                 --enable-expert-parallel.
     The API key is read from api_key_file inside the container, never passed in argv.
     --dry-run prints the script of every node that would serve, with the resolved layout.
+    --supervise: an agent on every node and a coordinator in the head container watch the
+    server (/health, every engine's /metrics, one-token probes) and restart the whole group on a
+    failure, with backoff, at most supervise.max_restarts times in a row; then everything stops
+    and kit exits 6 with the last log lines. kit follows the events (`kit logs --events`) until
+    then; Ctrl-C or --detach leaves the supervision running in the head container.
 
     \b
     Examples:
@@ -218,9 +285,17 @@ def command(
         plan = plan_serve(config)
         emit("serve", {"dry_run": True, **plan, "warnings": warnings}, as_json=as_json, text=lambda: dry_run_text(plan))
         return
-    result = serve_cluster(
-        config, get_runtime(config), replace=replace, on_progress=lambda line: progress(line, as_json=as_json)
-    )
+    from kit.supervise.hooks import sigterm_as_interrupt
+
+    with sigterm_as_interrupt():  # issue 18: SIGTERM cleans up like Ctrl-C
+        if config.supervise.enabled:
+            from kit.supervise.serve import cli_serve
+
+            cli_serve(config, get_runtime(config), replace=replace, detach=detach, as_json=as_json, warnings=warnings)
+            return
+        result = serve_cluster(
+            config, get_runtime(config), replace=replace, on_progress=lambda line: progress(line, as_json=as_json)
+        )
     warn(warnings, as_json=as_json)
     emit(
         "serve",

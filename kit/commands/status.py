@@ -154,13 +154,21 @@ def command(
     engine process. With --slurm JOB: the job's squeue state and its KIT_* lines (URL, tunnel)."""
     if slurm_job is not None:
         from kit import slurm_ctl
+        from kit.supervise.hooks import render_slurm, slurm_summary
 
         job = slurm_ctl.status(slurm_job)
-        emit("status", {"slurm": job}, as_json=as_json, text=lambda: slurm_ctl.render_status(job))
+        job["supervise"] = slurm_summary(job.get("output"))  # issue 18: restarts inside the job
+        emit("status", {"slurm": job}, as_json=as_json, text=lambda: slurm_ctl.render_status(job) + render_slurm(job))
         return
     resolved = resolve_cluster(config_path, cluster, set_values)
     config = resolved.config
-    result = collect(config, get_runtime(config), ray=not no_ray)
+    runtime = get_runtime(config)
+    result = collect(config, runtime, ray=not no_ray)
+    from kit.supervise.hooks import status_extras
+
+    # Issue 18: whether the model is served (not only whether containers run), supervision, and
+    # the Ray nodes that are missing, by name.
+    result.update(status_extras(config, runtime, runtime.find_nodes(config.cluster), result["ray"]))
     emit("status", result, as_json=as_json, text=lambda: render(result))
 
 
@@ -270,6 +278,9 @@ def render(result: dict[str, Any]) -> str:
         )
     if result.get("ray_error"):
         out.append(f"Ray: {result['ray_error']}")
+    from kit.supervise.hooks import render_status
+
+    out += render_status(result)  # issue 18: server liveness, supervision, missing Ray nodes
     return "\n".join(out)
 
 

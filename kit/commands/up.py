@@ -173,7 +173,10 @@ def command(
         warn(warnings, as_json=as_json)
         emit("up", {"dry_run": True, **plan, "warnings": warnings}, as_json=as_json, text=lambda: dry_run_text(plan))
         return
-    result = start_node(resolved.config, spec, replace=replace, wait=not no_wait, as_json=as_json)
+    from kit.supervise.hooks import sigterm_as_interrupt
+
+    with sigterm_as_interrupt():  # issue 18: SIGTERM (a scheduler, `kill`) cleans up like Ctrl-C
+        result = start_node(resolved.config, spec, replace=replace, wait=not no_wait, as_json=as_json)
     warn(warnings, as_json=as_json)
     emit(
         "up",
@@ -232,8 +235,11 @@ def start_node(
             what=what,
         )
     except KeyboardInterrupt:
-        # Interrupted while starting: remove what we created so nothing is left half-up.
-        runtime.remove(spec.name)
+        # Interrupted while starting: remove what we created so nothing is left half-up (the
+        # network too, when nothing else of the cluster is left on this host: issue 18).
+        from kit.supervise.hooks import remove_after_interrupt
+
+        remove_after_interrupt(runtime, config, spec.name)
         raise
     except StartError:
         raise  # the container stays, so `kit logs` can show why; `kit down` removes it

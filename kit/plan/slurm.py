@@ -102,6 +102,7 @@ class SbatchResources:
     qos: str | None = None
     cpus_per_task: int | None = None
     exclusive: bool = False
+    requeue: bool = False  # issue 18: the launcher requeues the job when its nodes fail for good
 
     def directives(self) -> list[tuple[str, str | None]]:
         items: list[tuple[str, str | None]] = [
@@ -121,6 +122,8 @@ class SbatchResources:
         items += [("output", self.output), ("error", self.error)]
         if self.exclusive:
             items.append(("exclusive", None))
+        if self.requeue:
+            items.append(("requeue", None))
         return items
 
 
@@ -138,6 +141,7 @@ def sbatch_resources(config: KitConfig, *, exclusive: bool = False) -> SbatchRes
         qos=s.qos,
         cpus_per_task=s.cpus_per_task,
         exclusive=exclusive,
+        requeue=s.requeue,
     )
 
 
@@ -178,6 +182,8 @@ def slurm_spec(config: KitConfig, role: Role, script: str, script_args: tuple[st
             Mount(f"{JOB_TMP}/ray", config.ray.temp_dir),
             Mount(f"{JOB_TMP}/kit", "/tmp/kit"),
         )
+    elif config.supervise.enabled:  # issue 18: the supervisor's token file arrives through it
+        mounts = (*mounts, Mount(f"{JOB_TMP}/kit", "/tmp/kit"))
     return dataclasses.replace(
         spec, name=f"{name}-{JOB}", labels=labels, env=env, mounts=mounts, script=script, script_args=script_args
     )
@@ -240,8 +246,13 @@ def plan_launcher(config: KitConfig, *, exclusive: bool = False) -> str:
     scripts = container_scripts(config)
     worker = Role("worker", RANK_SENTINEL)
     head_args = tuple(job_var(var) for var in ("KIT_RAY_HEAD_NODE_SCRIPT", "KIT_HEAD_SERVE_SCRIPT") if var in scripts)
+    worker_args: tuple[str, ...] = ()
+    if config.supervise.enabled:  # issue 18: kit's supervisor runs each node's serve script
+        from kit.supervise.slurm import supervised
+
+        scripts, head_args, worker_args = supervised(config, scripts, head_args, worker)
     head_spec = slurm_spec(config, HEAD, job_var("KIT_HEAD_SCRIPT"), head_args)
-    worker_spec = slurm_spec(config, worker, job_var("KIT_WORKER_SCRIPT"))
+    worker_spec = slurm_spec(config, worker, job_var("KIT_WORKER_SCRIPT"), worker_args)
     resources = sbatch_resources(config, exclusive=exclusive)
     has_workers = "KIT_WORKER_SCRIPT" in scripts
     return render(
@@ -266,6 +277,8 @@ def plan_launcher(config: KitConfig, *, exclusive: bool = False) -> str:
         server_ready_mark=SERVER_READY_MARK,
         server_timeout_mark=SERVER_TIMEOUT_MARK,
         apptainer=config.runtime == "apptainer",
+        supervise=config.supervise.enabled,
+        requeue=config.slurm.requeue,
     )
 
 
