@@ -86,6 +86,7 @@ class Agent:
         proc_root: str = "/proc",
         clock: Callable[[], float] = time.monotonic,
         log: Callable[[str], None] | None = None,
+        only_own: bool = False,
     ) -> None:
         self.config = config
         self.post = post or http_post(config)
@@ -99,6 +100,9 @@ class Agent:
         self.exiting = False
         self.orphaned = False
         self.last_error: str | None = None
+        # Engines of this agent's group only (tests on a host whose /proc holds other vLLMs); in a
+        # node container every engine of the node is its own.
+        self.only_own = only_own
 
     # ---- what it reports --------------------------------------------------------------------
 
@@ -109,6 +113,8 @@ class Agent:
             self.group.poll_stop()  # writes the end of the generation into the log once
             self._forget_pid()
         node_engines = procs.engines(procs.all_procs(self.proc_root))
+        if self.only_own:
+            node_engines = [p for p in node_engines if p.pgid == self.group.pid]
         return Report(
             node=self.config.node,
             instance=self.instance,

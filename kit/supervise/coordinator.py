@@ -103,7 +103,7 @@ class Coordinator:
         self.probe = probe or self._probe
         self.ray_alive = ray_alive or self._ray_alive
         self.out = out or (lambda line: print(line, flush=True))
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
         self.agents: dict[str, Seen] = {}
         self.started = clock()
         self.history: deque[liveness.Observation] = deque()
@@ -113,6 +113,8 @@ class Coordinator:
         self.ray_checked = -1e9
         self.ray_complete: bool | None = None
         self.generation_seen = -1
+        self.listening = threading.Event()
+        self.bound: tuple[Any, ...] = ()
         self.state = self._load_state()
 
     # ---- state on disk ------------------------------------------------------------------------
@@ -292,6 +294,8 @@ class Coordinator:
     def run(self, stop: threading.Event | None = None) -> int:
         stop = stop or threading.Event()
         server = make_server(self)
+        self.bound = server.server_address[:2]  # the port, when the config asked for any (0)
+        self.listening.set()
         thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
         thread.start()
         self._record(

@@ -64,7 +64,8 @@ class Event:
 
 
 def iso(ts: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts)) + f".{int(ts % 1 * 1000):03d}Z"
+    seconds, millis = divmod(round(ts * 1000), 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
 
 
 def from_dict(doc: Mapping[str, Any]) -> Event:

@@ -37,10 +37,18 @@ class Sim:
         self.now = 0.0
         self.events: list[Any] = []
         self.agents: dict[str, dict[str, Any]] = {
-            node: {"instance": f"{node}-a", "boot": f"{node}-boot", "generation": 0, "running": False,
-                   "exit_code": None, "engines": (), "up": True, "exiting": False}
+            node: {
+                "instance": f"{node}-a",
+                "boot": f"{node}-boot",
+                "generation": 0,
+                "running": False,
+                "exit_code": None,
+                "engines": (),
+                "up": True,
+                "exiting": False,
+            }
             for node in settings.nodes
-        }  # fmt: skip
+        }
         self.seen: dict[str, Seen] = {}
         self.verdicts: list[Verdict] | None = None
         self.ray: bool | None = None
@@ -66,8 +74,10 @@ class Sim:
                 continue
             order = policy.order_for(self.state, node, a["instance"])
             if order.action == "run" and a["generation"] != order.generation:
-                a.update(generation=order.generation, running=True, exit_code=None,
-                         engines=(EngineProc(1, "S", f"VLLM::EngineCore_DP{node[-1:] if node != 'head' else 0}"),))  # fmt: skip
+                title = f"VLLM::EngineCore_DP{node[-1:] if node != 'head' else 0}"
+                a.update(
+                    generation=order.generation, running=True, exit_code=None, engines=(EngineProc(1, "S", title),)
+                )
             elif order.action in ("stop", "exit") and a["running"]:
                 a.update(running=False, exit_code=-15, engines=())
             if order.action == "exit":
@@ -253,7 +263,11 @@ def test_a_stop_request_ends_every_agent_with_code_0() -> None:
     stopped = sim.run_until("stopped")
     assert stopped.reason == "kit serve was interrupted" and sim.state.exit_code == 0
     assert policy.order_for(sim.state, "worker-1", "worker-1-a").to_dict() == {
-        "generation": 1, "action": "exit", "exit_code": 0, "reason": "kit serve was interrupted"}  # fmt: skip
+        "generation": 1,
+        "action": "exit",
+        "exit_code": 0,
+        "reason": "kit serve was interrupted",
+    }
 
 
 @pytest.mark.parametrize("phase", ["serving", "starting", "backoff", "stopping", "given-up"])
