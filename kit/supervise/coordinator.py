@@ -114,6 +114,8 @@ class Coordinator:
         self.ray_complete: bool | None = None
         self.generation_seen = -1
         self.listening = threading.Event()
+        self.last_verdicts = ""
+        self.stall: dict[str, tuple[tuple[float | None, float | None], float]] = {}
         self.bound: tuple[Any, ...] = ()
         self.state = self._load_state()
 
@@ -234,21 +236,81 @@ class Coordinator:
         window = max(self.settings.liveness_s * 2, 10.0)
         while self.history and observation.t - self.history[0].t > window:
             self.history.popleft()
+        stalls = self._stalls(observation)
+        if self.state.phase == "serving":
+            self._probe_due(observation, stalls)
         with self.lock:
             self.probes = [p for p in self.probes if observation.t - p.t <= self.settings.liveness_s]
             probes = list(self.probes)
-        if self.state.phase == "serving":
-            self._probe_idle(observation)
-        return liveness.judge(
+        verdicts = liveness.judge(
             list(self.history), expected=self.settings.engines, liveness_s=self.settings.liveness_s, probes=probes
         )
+        verdicts = [self._second_opinion(v, stalls, probes) for v in verdicts]
+        self._log_verdicts(verdicts)
+        return verdicts
 
-    def _probe_idle(self, observation: liveness.Observation) -> None:
-        """A one-token request pinned to each idle engine, every liveness/3 s (at least 2 s), in a
-        thread of its own: a hung engine makes its probe wait for the whole deadline."""
-        every = max(2.0, self.settings.liveness_s / 3)
-        for engine in liveness.idle_engines(observation):
-            if engine in self.probing or observation.t - self.last_probe.get(engine, -1e9) < every:
+    def _stalls(self, observation: liveness.Observation) -> dict[str, float]:
+        """Busy engines whose token counters have not moved: since when (the history's clock)."""
+        out = {}
+        for engine, sample in observation.engines.items():
+            progress = (sample.generation_tokens, sample.prompt_tokens)
+            seen = self.stall.get(engine)
+            if not sample.busy or seen is None or seen[0] != progress:
+                self.stall[engine] = (progress, observation.t)
+            elif sample.busy:
+                out[engine] = seen[1]
+        return out
+
+    def _second_opinion(
+        self, verdict: liveness.Verdict, stalls: dict[str, float], probes: list[liveness.Probe]
+    ) -> liveness.Verdict:
+        """A busy engine judged hung (no token progress for liveness_s) is acted on only when the
+        one-token request pinned to it during the stall (sent at half the liveness time) failed
+        too: an engine that is slow, or whose gauges went stale, still answers it. Measured on the
+        2-CPU test host: a DP rank starved of CPU right after a restart went 10 s without a token."""
+        since = stalls.get(verdict.engine)
+        if verdict.state != "hung" or since is None:
+            return verdict
+        mine = [p for p in probes if p.engine == verdict.engine and p.t >= since]
+        if any(p.error is None for p in mine):
+            took = min(p.latency_s or 0.0 for p in mine if p.error is None)
+            why = f"{verdict.reason}; but a one-token request pinned to it answered in {took:.1f} s"
+            return liveness.Verdict(verdict.engine, "serving", why)
+        if verdict.engine in self.probing:
+            why = f"{verdict.reason}; a one-token request pinned to it is on its way"
+            return liveness.Verdict(verdict.engine, "serving", why)
+        return verdict
+
+    def _log_verdicts(self, verdicts: list[liveness.Verdict]) -> None:
+        """One output line each time what liveness says of the engines changes: the evidence behind
+        a `detected` event, and the near misses an operator tunes timeouts.liveness from."""
+        summary = "; ".join(
+            f"engine {v.engine} {v.state}: {v.reason}"
+            for v in verdicts
+            if v.state not in ("serving", "idle-ok") or "pinned to it" in v.reason
+        )
+        summary = summary or "every engine serving or idle"
+        if summary != self.last_verdicts:
+            self.last_verdicts = summary
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.wall()))
+            self.out(f"{stamp} liveness (generation {self.state.generation}, {self.state.phase}): {summary}")
+
+    def _probe_due(self, observation: liveness.Observation, stalls: dict[str, float]) -> None:
+        """A one-token request pinned to each idle engine every liveness/3 s (at least 2 s), and to
+        each busy engine whose tokens stalled for liveness/2, every liveness/2; each in a thread of
+        its own: a hung engine makes its probe wait for the whole deadline."""
+        idle_every = max(2.0, self.settings.liveness_s / 3)
+        half = self.settings.liveness_s / 2
+        due = [
+            e for e in liveness.idle_engines(observation) if observation.t - self.last_probe.get(e, -1e9) >= idle_every
+        ]
+        due += [
+            e
+            for e, since in stalls.items()
+            if observation.t - since >= half and observation.t - self.last_probe.get(e, -1e9) >= half
+        ]
+        for engine in due:
+            if engine in self.probing:
                 continue
             self.probing.add(engine)
             self.last_probe[engine] = observation.t

@@ -82,7 +82,7 @@ try:
 except OSError:
     pass
 for what in ("coordinator", "agent"):
-    pid = pid_of(os.path.join(run_dir, what + ".pid"), b"kit-supervise.pyz")
+    pid = pid_of(os.path.join(run_dir, what + ".pid"), b"kit-supervise.pyz\0" + what.encode() + b"\0")
     if pid:
         os.kill(pid, signal.SIGTERM)
         done[what] = pid

@@ -45,14 +45,17 @@ def _has_agent(directory: str) -> bool:
 
 
 def ours(pid_file: Path) -> int | None:
-    """The pid in the file when it is a live process of this bundle (a pid file that survived a
-    container restart names nothing, or another process: never signal that one)."""
+    """The pid in DIR/WHAT.pid when it is a live `kit-supervise.pyz WHAT` process (a pid file that
+    survived a container restart names nothing, or another process, maybe this very one: never
+    signal or trust that)."""
+    what = pid_file.name.removesuffix(".pid")
     try:
         pid = int(pid_file.read_text().strip())
         cmdline = Path("/proc", str(pid), "cmdline").read_bytes()
     except (OSError, ValueError):
         return None
-    return pid if BUNDLE_NAME.encode() in cmdline else None
+    mine = f"{BUNDLE_NAME}\0{what}\0".encode()
+    return pid if mine in cmdline and pid != os.getpid() else None
 
 
 def _spawn(directory: str, what: str) -> int:

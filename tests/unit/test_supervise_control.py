@@ -278,3 +278,37 @@ def test_a_stop_request_ends_the_run_with_code_0(run: dict[str, Any]) -> None:
     assert run["result"]["code"] == 0
     assert events.parse_lines((directory / "events.jsonl").read_text().splitlines())[-1].reason == "kit down"
     assert all(a.group.members() == [] for a in run["agents"])
+
+
+@pytest.mark.parametrize(("answers", "hung"), [(True, False), (False, True)])
+def test_a_stall_under_load_needs_the_pinned_probe_to_fail_too(tmp_path: Path, answers: bool, hung: bool) -> None:
+    """Engine 1 shows a request running and its counters frozen (a SIGSTOP, or an engine starved
+    of CPU, or stale gauges). At half the liveness time the coordinator pins a one-token request to
+    it: when that answers, the stall is no hang; when it does not, the engine is hung at liveness."""
+    (tmp_path / "token").write_text("t")
+    now = [0.0]
+    sent: list[str] = []
+
+    def observe() -> Observation:
+        return Observation(now[0], {"0": EngineSample(0, 0, 5), "1": EngineSample(1, 0, 7)})
+
+    def probe(engine: str) -> Probe:
+        sent.append(engine)
+        return Probe(now[0], engine, None if answers else "did not answer within 5 s", 0.2 if answers else None)
+
+    settings = Settings(("head",), ("0", "1"), 10, 30, 1, 1, 300, 30)
+    config = CoordinatorConfig(str(tmp_path), "127.0.0.1", 0, "t", "http://x", "tiny", None, settings)
+    coordinator = Coordinator(config, clock=lambda: now[0], observe=observe, probe=probe, out=lambda _: None)
+    coordinator.state.phase = "serving"
+    states = []
+    for second in range(13):
+        now[0] = float(second)
+        verdicts = {v.engine: v for v in coordinator._judge()}
+        while coordinator.probing:
+            time.sleep(0.01)
+        states.append(verdicts["1"].state)
+    assert "1" in sent and sent.count("1") <= 3
+    assert states[:10] == ["serving"] * 10
+    assert states[10:] == (["hung"] * 3 if hung else ["serving"] * 3), states
+    if not hung:
+        assert "answered in 0.2 s" in verdicts["1"].reason
