@@ -213,7 +213,9 @@ class Coordinator:
                 self.history.clear()
                 self.probes.clear()
             verdicts = self._judge()
-        if self.settings.needs_ray and self.state.phase == "waiting" and self.clock() - self.ray_checked >= 3:
+        if self.state.phase != "waiting":  # an answer from an earlier wait says nothing now
+            self.ray_complete, self.ray_checked = None, -1e9
+        elif self.settings.needs_ray and self.clock() - self.ray_checked >= 3:
             self.ray_checked = self.clock()
             alive = self.ray_alive()
             self.ray_complete = alive is not None and alive >= self.config.ray_nodes
@@ -237,11 +239,13 @@ class Coordinator:
         while self.history and observation.t - self.history[0].t > window:
             self.history.popleft()
         stalls = self._stalls(observation)
-        if self.state.phase == "serving":
-            self._probe_due(observation, stalls)
         with self.lock:
-            self.probes = [p for p in self.probes if observation.t - p.t <= self.settings.liveness_s]
+            # Kept as long as the history: judge() looks at the last liveness_s only, a stall's
+            # second opinion at every pinned request since the stall began.
+            self.probes = [p for p in self.probes if observation.t - p.t <= window]
             probes = list(self.probes)
+        if self.state.phase == "serving":
+            self._probe_due(observation, stalls, probes)
         verdicts = liveness.judge(
             list(self.history), expected=self.settings.engines, liveness_s=self.settings.liveness_s, probes=probes
         )
@@ -271,11 +275,12 @@ class Coordinator:
         since = stalls.get(verdict.engine)
         if verdict.state != "hung" or since is None:
             return verdict
-        mine = [p for p in probes if p.engine == verdict.engine and p.t >= since]
-        if any(p.error is None for p in mine):
-            took = min(p.latency_s or 0.0 for p in mine if p.error is None)
-            why = f"{verdict.reason}; but a one-token request pinned to it answered in {took:.1f} s"
+        mine = sorted((p for p in probes if p.engine == verdict.engine and p.t >= since), key=lambda p: p.t)
+        if mine and mine[-1].error is None:
+            why = f"{verdict.reason}; but a one-token request pinned to it answered in {mine[-1].latency_s or 0:.1f} s"
             return liveness.Verdict(verdict.engine, "serving", why)
+        if mine:  # the latest pinned request failed as well: hung
+            return liveness.Verdict(verdict.engine, "hung", f"{verdict.reason}; {mine[-1].error}")
         if verdict.engine in self.probing:
             why = f"{verdict.reason}; a one-token request pinned to it is on its way"
             return liveness.Verdict(verdict.engine, "serving", why)
@@ -295,10 +300,14 @@ class Coordinator:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.wall()))
             self.out(f"{stamp} liveness (generation {self.state.generation}, {self.state.phase}): {summary}")
 
-    def _probe_due(self, observation: liveness.Observation, stalls: dict[str, float]) -> None:
+    def _probe_due(
+        self, observation: liveness.Observation, stalls: dict[str, float], probes: list[liveness.Probe]
+    ) -> None:
         """A one-token request pinned to each idle engine every liveness/3 s (at least 2 s), and to
-        each busy engine whose tokens stalled for liveness/2, every liveness/2; each in a thread of
-        its own: a hung engine makes its probe wait for the whole deadline."""
+        each busy engine whose tokens stalled for liveness/2, every liveness/2 until one fails (that
+        one settles it); each in a thread of its own: a hung engine makes its probe wait for the
+        whole deadline."""
+        failed = {p.engine for p in probes if p.error is not None and p.t >= stalls.get(str(p.engine), 1e18)}
         idle_every = max(2.0, self.settings.liveness_s / 3)
         half = self.settings.liveness_s / 2
         due = [
@@ -307,7 +316,9 @@ class Coordinator:
         due += [
             e
             for e, since in stalls.items()
-            if observation.t - since >= half and observation.t - self.last_probe.get(e, -1e9) >= half
+            if observation.t - since >= half
+            and observation.t - self.last_probe.get(e, -1e9) >= half
+            and e not in failed
         ]
         for engine in due:
             if engine in self.probing:

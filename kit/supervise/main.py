@@ -58,19 +58,20 @@ def ours(pid_file: Path) -> int | None:
     return pid if mine in cmdline and pid != os.getpid() else None
 
 
-def _spawn(directory: str, what: str) -> int:
+def _spawn(directory: str, what: str, *, to_log: bool = True) -> int:
     """`what` in the background, in a session of its own (no kit command or shell holds it), its
-    output appended to DIR/WHAT.log."""
+    output appended to DIR/WHAT.log, or (to_log False: under SLURM) on this process's output, which
+    is the job output."""
     old = ours(Path(directory, f"{what}.pid"))
     if old is not None:
         return old  # already running: launching twice is harmless
     bundle = str(Path(directory, BUNDLE_NAME))
-    with Path(directory, f"{what}.log").open("ab") as out:
+    with Path(directory, f"{what}.log").open("ab") as log:
         child = subprocess.Popen(
             [sys.executable, bundle, what, directory],
             stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
+            stdout=log if to_log else None,
+            stderr=subprocess.STDOUT if to_log else None,
             start_new_session=True,
             close_fds=True,
         )
@@ -92,7 +93,7 @@ def entry(directory: str) -> int:
     from kit.supervise import agent
 
     if _has_coordinator(directory):
-        _spawn(directory, "coordinator")
+        _spawn(directory, "coordinator", to_log=False)  # its KIT_EVENT lines go to the job output
     code = agent.main(directory)
     pid = ours(Path(directory, "coordinator.pid"))
     if pid is not None:  # give the coordinator the time to write its last event, then end it
