@@ -12,6 +12,7 @@ it goes on from state.json: the head's new agent is a restarted node, so the gro
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -181,7 +182,10 @@ class Coordinator:
             for event in events:
                 handle.write(event.line() + "\n")
         for event in events:
-            self.out(f"{ev.EVENT_MARK} {event.line()}")
+            # Short on the output (the job output under SLURM, where other processes write too: a
+            # line under PIPE_BUF is written whole); events.jsonl keeps the details.
+            short = dataclasses.replace(event, reason=event.reason[:300], details=())
+            self.out(f"{ev.EVENT_MARK} {short.line()}")
 
     # ---- the HTTP side (called from the server's threads) -------------------------------------
 

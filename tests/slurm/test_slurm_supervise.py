@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kit.supervise import events
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slurm
@@ -50,11 +51,8 @@ def kit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def events_in(path: Path) -> list[dict[str, object]]:
-    out = []
-    for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
-        if "KIT_EVENT " in line:
-            out.append(json.loads(line.split("KIT_EVENT ", 1)[1]))
-    return out
+    lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+    return [e.to_dict() for e in events.parse_lines(lines)]
 
 
 def wait_until(check: object, timeout: float, what: str, path: Path) -> object:
