@@ -130,7 +130,7 @@ def test_a_supervised_job_restarts_in_place_then_gives_up_and_requeues(tmp_path:
         ).stdout.split()
         assert len(container) == 1
         kill = (
-            'for p in /proc/[0-9]*; do case "$(head -c 16 "$p/cmdline")" in VLLM::EngineCore*) '
+            'for p in /proc/[0-9]*; do case "$(tr "\\0" " " < "$p/cmdline" | head -c 16)" in VLLM::EngineCore*) '
             'kill -9 "${p#/proc/}";; esac; done'
         )
         time.sleep(6)  # supervise.stable
