@@ -283,7 +283,18 @@ def command(
     if dry_run:
         warn(warnings, as_json=as_json)
         plan = plan_serve(config)
-        emit("serve", {"dry_run": True, **plan, "warnings": warnings}, as_json=as_json, text=lambda: dry_run_text(plan))
+        prefix = ""
+        if config.supervise.enabled:  # issue 18: what the supervisor is told (supervise.json)
+            from kit.supervise.plan import plan_supervise, supervised_text
+
+            plan["supervise"] = plan_supervise(config)
+            prefix = supervised_text(config) + "\n"
+        emit(
+            "serve",
+            {"dry_run": True, **plan, "warnings": warnings},
+            as_json=as_json,
+            text=lambda: prefix + dry_run_text(plan),
+        )
         return
     from kit.supervise.hooks import sigterm_as_interrupt
 

@@ -63,3 +63,16 @@ def plan_supervise(config: KitConfig) -> dict[str, Any]:
 
 def supervise_json(config: KitConfig) -> str:
     return json.dumps(plan_supervise(config), indent=1, sort_keys=True) + "\n"
+
+
+def supervised_text(config: KitConfig) -> str:
+    """The dry run's supervision lines: kit's own words and numbers only (no configured value
+    goes into a comment)."""
+    nodes = supervised_nodes(config)
+    return (
+        f"# supervised: an agent on {len(nodes)} node(s) runs each script below in its own process group; "
+        f"the coordinator on the head (port {config.ports.supervisor}) restarts the whole group\n"
+        f"# on a failure: liveness {config.timeouts.liveness} s, at most {config.supervise.max_restarts} restart(s) "
+        f"in a row, backoff {config.supervise.backoff} s doubling, counted afresh after {config.supervise.stable} s "
+        "of serving"
+    )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import time
@@ -189,8 +190,17 @@ def _mark(out: IO[bytes], text: str) -> None:
     out.flush()
 
 
-def tail(path: str, lines: int = 20, max_bytes: int = 64 * 1024) -> list[str]:
-    """The last lines of a log file (at most max_bytes read), blank lines left out."""
+# uvicorn's access-log lines of the coordinator's own /health and /metrics polls (every second):
+# no evidence, so left out of the tail an event carries. (They can be left out of the
+# log itself: model.extra_args [--disable-access-log-for-endpoints, "/health,/metrics"], which vLLM
+# 0.32 has; older releases may not.)
+POLL_NOISE = re.compile(r'"GET /(?:health|metrics) HTTP/[0-9.]+" 200')
+
+
+def tail(
+    path: str, lines: int = 20, max_bytes: int = 256 * 1024, skip: re.Pattern[str] | None = POLL_NOISE
+) -> list[str]:
+    """The last lines of a log file (at most max_bytes read), blank lines and `skip` lines left out."""
     try:
         with open(path, "rb") as handle:
             handle.seek(0, os.SEEK_END)
@@ -199,5 +209,5 @@ def tail(path: str, lines: int = 20, max_bytes: int = 64 * 1024) -> list[str]:
             text = handle.read().decode(errors="replace")
     except OSError:
         return []
-    kept = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+    kept = [ln.rstrip() for ln in text.splitlines() if ln.strip() and not (skip and skip.search(ln))]
     return [ln[:400] for ln in kept[-lines:]]

@@ -63,7 +63,9 @@ class Load:
             prompt = Prompt(({"role": "user", "content": f"load {k}-{i}: tell me a story"},), self.max_tokens, 8)
             started = time.time()
             record = Runner(Target(self.url, self.model, timeout_s=60)).one(i, prompt)
-            ok = bool(record and record.success)
+            # Whole answers only: the bench client counts a stream cut after its first token a
+            # success (it measured TTFT); the usage chunk arrives only with a finished one.
+            ok = bool(record and record.success and record.output_tokens == self.max_tokens)
             self.outcomes.append(Outcome(started, time.time(), ok, None if ok else (record.error if record else "?")))
             i += 1
             if not ok:

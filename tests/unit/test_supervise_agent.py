@@ -215,3 +215,17 @@ def test_an_agent_without_its_coordinator_stops_its_group_after_orphan_s_and_res
     agent.tick()
     assert agent.group.generation == 2 and agent.group.running()
     agent.shutdown()
+
+
+def test_the_log_tail_leaves_out_the_coordinators_own_polls(tmp_path: Path) -> None:
+    log = tmp_path / "serve.log"
+    lines = [
+        "(APIServer pid=11) ERROR EngineCore encountered an issue",
+        'INFO:     10.0.0.10:36048 - "GET /health HTTP/1.1" 200 OK',
+        'INFO:     10.0.0.10:36052 - "GET /metrics HTTP/1.1" 200 OK',
+        'INFO:     10.0.0.10:36060 - "POST /v1/completions HTTP/1.1" 200 OK',
+        'INFO:     10.0.0.10:36070 - "GET /health HTTP/1.1" 503 Service Unavailable',
+    ]
+    log.write_text("\n".join(lines) + "\n\n")
+    assert procs.tail(str(log), 10) == [lines[0], lines[3], lines[4]]
+    assert procs.tail(str(log), 2, skip=None) == lines[3:]

@@ -5,6 +5,7 @@ is a fake here (a list of containers); the real paths are in tests/integration."
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from pathlib import Path
@@ -138,3 +139,18 @@ def test_stale_ranks_are_ranks_whose_head_is_gone_and_nothing_answers(monkeypatc
     assert not hooks.stale_ranks(None, [head, worker], "u", lambda n: False)  # type: ignore[arg-type]  # nothing runs
     monkeypatch.setattr(client, "health", lambda url, timeout=3: True)
     assert not hooks.stale_ranks(None, [head, worker], "u", lambda n: n is worker)  # type: ignore[arg-type]
+
+
+def test_the_dry_run_says_it_is_supervised_and_shows_the_settings() -> None:
+    from click.testing import CliRunner
+
+    from kit.cli import cli
+
+    args = ["serve", "--dry-run", "--supervise", "--set", "backend=mp", "--set", "accelerator=cpu"]
+    args += ["--set", "nodes=2", "--set", "timeouts.liveness=12"]
+    out = CliRunner().invoke(cli, [*args, "--json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)["result"]
+    assert doc["supervise"]["nodes"] == ["head", "worker-1"] and doc["supervise"]["liveness_s"] == 12
+    text = CliRunner().invoke(cli, args).output
+    assert "\n# supervised: an agent on 2 node(s)" in text and "liveness 12 s" in text  # stderr: the key warning
