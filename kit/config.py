@@ -101,6 +101,7 @@ SCHEMA: dict[str, Spec] = {
     "ports.dp_rpc": Spec(
         "int", 29550, "data-parallel RPC port on the head (--data-parallel-rpc-port; vLLM's default)", low=1, high=65535
     ),
+    "ports.supervisor": _port(29570, "supervisor control endpoint on the head's node IP (supervise.enabled)"),
     "model.id": Spec(
         "str", "Qwen/Qwen2.5-7B-Instruct", "model id on the hub, or a path inside the HF cache mount", text="path"
     ),
@@ -159,6 +160,23 @@ SCHEMA: dict[str, Spec] = {
         "int", 600, "seconds a worker keeps retrying to join the head / head waits for nodes", low=1, high=10_000_000
     ),
     "timeouts.ready": Spec("int", 1800, "seconds to wait for the server to become healthy", low=1, high=10_000_000),
+    "timeouts.liveness": Spec(
+        "int",
+        30,
+        "seconds without token progress (or an unanswered one-token probe) before an engine is hung",
+        low=1,
+        high=10_000_000,
+    ),
+    "supervise.enabled": Spec("bool", False, "supervise the server: restart the whole group on a failure"),
+    "supervise.max_restarts": Spec(
+        "int", 5, "restarts in a row before supervision gives up (exit 6)", low=0, high=1000
+    ),
+    "supervise.backoff": Spec(
+        "int", 5, "seconds before the 2nd restart in a row, doubling after (max 300)", low=0, high=86_400
+    ),
+    "supervise.stable": Spec(
+        "int", 300, "seconds of serving after which restarts count from 0 again", low=1, high=10_000_000
+    ),
     "ray.temp_dir": Spec("str", "/tmp/ray", "Ray --temp-dir inside the container", text="path"),
     "ray.dashboard": Spec("bool", False, "start the Ray dashboard (on loopback only)"),
     "apptainer.image_dir": Spec("str", "~/.local/share/kit/images", "where SIF files are written", text="path"),
@@ -177,6 +195,7 @@ SCHEMA: dict[str, Spec] = {
     "slurm.job_name": Spec("str", "kit-vllm", "#SBATCH --job-name"),
     "slurm.output": Spec("str", "kit-%j.out", "#SBATCH --output", text="path"),
     "slurm.error": Spec("str", "kit-%j.err", "#SBATCH --error", text="path"),
+    "slurm.requeue": Spec("bool", False, "#SBATCH --requeue, and requeue the job when supervision gives up"),
 }
 
 SECRET_ENV_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY", "OPENAI_API_KEY", "RAY_AUTH_TOKEN")
@@ -199,6 +218,7 @@ class Ports:
     mp_master: int
     verify: int
     dp_rpc: int
+    supervisor: int
 
 
 @dataclass(frozen=True)
@@ -218,6 +238,15 @@ class Model:
 class Timeouts:
     join: int
     ready: int
+    liveness: int = 30
+
+
+@dataclass(frozen=True)
+class Supervise:
+    enabled: bool
+    max_restarts: int
+    backoff: int
+    stable: int
 
 
 @dataclass(frozen=True)
@@ -248,6 +277,7 @@ class Slurm:
     job_name: str
     output: str
     error: str
+    requeue: bool
 
 
 @dataclass(frozen=True)
@@ -281,6 +311,7 @@ class KitConfig:
     apptainer: Apptainer
     enroot: Enroot
     slurm: Slurm
+    supervise: Supervise
     # How model.tp/pp/dp were decided, set by kit.cluster.resolve when it applies the layout
     # planner with the model's facts (None: this config alone decides, see `layout`).
     layout_from: str | None = None
@@ -528,6 +559,7 @@ def build(values: Mapping[str, Any]) -> KitConfig:
         apptainer=Apptainer(**section("apptainer")),
         enroot=Enroot(**section("enroot")),
         slurm=Slurm(**section("slurm")),
+        supervise=Supervise(**section("supervise")),
     )
 
 

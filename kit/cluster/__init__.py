@@ -38,6 +38,7 @@ from kit.cluster.resolve import resolve as _resolve
 from kit.cluster.serving import ServePlan, ServeResult
 from kit.cluster.status import StatusResult
 from kit.config import KitConfig, Resolved
+from kit.errors import StartError
 from kit.labels import LayoutLabels
 from kit.plan.layout import Layout, ModelFacts
 from kit.plan.network import plan_node_net
@@ -206,10 +207,16 @@ class Cluster:
         nodes = self.nodes()
         targets = _serving.serving_nodes(self.config, nodes)
         url = _serving.head_url(self.config, nodes)
-        _serving.stop_running(self.runtime, targets, replace=replace)
+        _serving.stop_running(self.runtime, targets, replace=replace, url=url, on_progress=on_progress)
         started = time.monotonic()
-        _serving.launch(self.config, self.runtime, targets, on_progress=on_progress)
-        self.wait(url, targets, started=started, deadline=deadline, on_progress=on_progress)
+        try:
+            _serving.launch(self.config, self.runtime, targets, on_progress=on_progress)
+            self.wait(url, targets, started=started, deadline=deadline, on_progress=on_progress)
+        except (KeyboardInterrupt, StartError):
+            # Interrupted (Ctrl-C, SIGTERM) or not healthy in time: stop what was started on every
+            # node, so nothing comes up later behind the user's back (issue 18).
+            _serving.stop(self.runtime, targets)
+            raise
         return ServeResult(
             url, self.config.served_name, [n.name for n in targets], round(time.monotonic() - started, 1)
         )

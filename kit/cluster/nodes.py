@@ -54,6 +54,14 @@ def gather_host_facts(config: KitConfig) -> HostFacts:
     )
 
 
+def remove_after_interrupt(runtime: Runtime, cluster: str, name: str) -> None:
+    """`kit up` was interrupted while starting `name`: remove it, and the cluster's network too
+    when no other container of the cluster is left on this host (another node may still use it)."""
+    runtime.remove(name)
+    if not [n for n in runtime.find_nodes(cluster) if n.name != name]:
+        runtime.remove_cluster(cluster)
+
+
 def start_node(
     runtime: Runtime,
     config: KitConfig,
@@ -90,8 +98,9 @@ def start_node(
             what=_waiting_for(config, spec),
         )
     except KeyboardInterrupt:
-        # Interrupted while starting: remove what we created so nothing is left half-up.
-        runtime.remove(spec.name)
+        # Interrupted while starting: remove what we created so nothing is left half-up (the
+        # network too, when nothing else of the cluster is left on this host: issue 18).
+        remove_after_interrupt(runtime, config.cluster, spec.name)
         raise
     except StartError:
         raise  # the container stays, so `kit logs` can show why; `kit down` removes it

@@ -24,8 +24,25 @@ LAUNCH = (
     f'mkdir -p {SERVE_DIR} && printf "%s" "$1" > {SERVE_SCRIPT} && '
     f"(nohup bash {SERVE_SCRIPT} > {SERVE_LOG} 2>&1 & echo $! > {PID_FILE})"
 )
-ALIVE = f'test -s {PID_FILE} && kill -0 "$(cat {PID_FILE})" 2>/dev/null'
-STOP = f'if test -s {PID_FILE}; then kill "$(cat {PID_FILE})" 2>/dev/null; sleep 2; rm -f {PID_FILE}; fi'
+# The pid must also still be a serve process: a pid file kept by a restarted container names a
+# pid of the old one, which the new one may have given to anything (issue 18).
+ALIVE = (
+    f'test -s {PID_FILE} && kill -0 "$(cat {PID_FILE})" 2>/dev/null '
+    f'&& grep -qsaE "vllm|serve.sh" "/proc/$(cat {PID_FILE})/cmdline"'
+)
+# Stops the serve process's whole process group (its engines and workers too, measured: vLLM
+# keeps them in the group), never the container init's; SIGKILL what is left after 10 s (issue 18).
+STOP = (
+    f'if test -s {PID_FILE}; then pid="$(cat {PID_FILE})"; '
+    'if grep -qsaE "vllm|serve.sh" "/proc/${pid}/cmdline"; then '
+    'st="$(cat "/proc/${pid}/stat")"; read -r -a f <<<"${st##*) }"; pg="${f[2]}"; '
+    'st="$(cat /proc/1/stat)"; read -r -a f <<<"${st##*) }"; '
+    'if [ "${pg}" -gt 1 ] && [ "${pg}" != "${f[2]}" ]; then tgt="-${pg}"; else tgt="${pid}"; fi; '
+    'kill -CONT -- "${tgt}" 2>/dev/null; kill -TERM -- "${tgt}" 2>/dev/null; '
+    'for _ in $(seq 50); do kill -0 "${pid}" 2>/dev/null || break; sleep 0.2; done; '
+    'kill -KILL -- "${tgt}" 2>/dev/null; fi; '
+    f"rm -f {PID_FILE}; fi"
+)
 
 
 @dataclass(frozen=True)
@@ -97,15 +114,42 @@ def log_tail(runtime: Runtime, node: NodeHandle, lines: int = 25) -> list[str]:
     return [ln for ln in out.splitlines() if ln.strip()]
 
 
-def stop_running(runtime: Runtime, targets: Sequence[NodeHandle], *, replace: bool) -> None:
-    """A server already running on a target is an error, or (`replace`) stopped first."""
+def alive(runtime: Runtime, node: NodeHandle) -> bool:
+    """Is `vllm serve` (started by kit serve) running in the node's container?"""
+    return runtime.exec(node, ["bash", "-c", ALIVE]).returncode == 0
+
+
+def stop(runtime: Runtime, targets: Sequence[NodeHandle]) -> None:
+    """Stop the serve process group on every target (nothing there: nothing happens)."""
     for node in targets:
-        if runtime.exec(node, ["bash", "-c", ALIVE]).returncode == 0:
-            if not replace:
+        runtime.exec(node, ["bash", "-c", STOP])
+
+
+def stop_running(
+    runtime: Runtime,
+    targets: Sequence[NodeHandle],
+    *,
+    replace: bool,
+    url: str,
+    on_progress: Callable[[str], None],
+) -> None:
+    """A server already running on a target is an error, or (`replace`) stopped first, with any
+    supervisor that would restart it (issue 18). Ranks left running by a head that went away
+    answer nothing: stale, not a running server, and stopped here."""
+    from kit.supervise import hooks, host
+
+    if replace:
+        host.stop(runtime, targets, "replaced by kit serve --replace")
+    stale = hooks.stale_ranks(runtime, targets, url, lambda node: alive(runtime, node))
+    for node in targets:
+        if alive(runtime, node):
+            if not replace and not stale:
                 raise StartError(
                     f"a server is already running in {node.name}",
                     hint="`kit serve --replace` restarts it; `kit logs --serve` shows it",
                 )
+            if stale:
+                on_progress(f"{node.name}: stopping a stale vllm serve (its head is gone, nothing answers)")
             runtime.exec(node, ["bash", "-c", STOP])
 
 

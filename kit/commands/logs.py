@@ -19,6 +19,7 @@ from kit.runtime.base import ContainerRuntime, NodeHandle
 @click.option("--role", type=click.Choice(["head", "worker"]), default="head", show_default=True)
 @click.option("--rank", type=Count(0, 16384), help="Worker rank (default: the first worker).")
 @click.option("--serve", "serve_log", is_flag=True, help="Show the vLLM server's log instead of the node's.")
+@click.option("--events", "events_log", is_flag=True, help="Show the supervisor's events (kit serve --supervise).")
 @click.option("--tail", default="200", show_default=True, help="Lines from the end, or 'all'.")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new lines (Ctrl-C to stop).")
 @config_options
@@ -26,13 +27,15 @@ def command(
     role: str,
     rank: int | None,
     serve_log: bool,
+    events_log: bool,
     tail: str,
     follow: bool,
     config_path: str | None,
     cluster: str | None,
     set_values: tuple[str, ...],
 ) -> None:
-    """Show a node's logs (the Ray/entrypoint output), or with --serve the vLLM server's log."""
+    """Show a node's logs (the Ray/entrypoint output), or with --serve the vLLM server's log, or
+    with --events the supervisor's events (detected, why, restarted, ready again, given up)."""
     if tail != "all" and not (tail.isascii() and tail.isdigit() and len(tail) <= 9):
         raise ConfigError(f"{tail[:20]!r} is not a line count", key="--tail", hint="pass a number of lines, or all")
     resolved = resolve(config_path, cluster_overrides(cluster, set_values))
@@ -47,6 +50,11 @@ def command(
         )
     node = nodes[0]
     n_tail: int | str = tail if tail == "all" else int(tail)
+    if events_log:  # issue 18: the head's events.jsonl, one line per event
+        from kit.supervise.hooks import events_text
+
+        click.echo(events_text(runtime, node, None if tail == "all" else int(tail)), nl=False)
+        return
     if serve_log:
         argv = ["tail", "-n", "+1" if tail == "all" else str(tail), SERVE_LOG]
         if follow:

@@ -23,6 +23,7 @@ FLAG_KEYS = {
     "port": "ports.api",
     "timeout": "timeouts.ready",
     "cluster": "cluster",
+    "supervise": "supervise.enabled",
 }
 
 
@@ -34,12 +35,25 @@ FLAG_KEYS = {
 @click.option("--timeout", type=int, help="Seconds to wait for /health (config: timeouts.ready).")
 @click.option("--replace", is_flag=True, help="Stop a running server first.")
 @click.option(
+    "--supervise",
+    is_flag=True,
+    default=None,
+    help="Supervise it: restart the whole group on a failure (config: supervise.enabled).",
+)
+@click.option("--detach", is_flag=True, help="With --supervise: return once ready (supervision goes on).")
+@click.option(
     "--dry-run", is_flag=True, help="Print the `vllm serve` script each node would run (every rank); start nothing."
 )
 @config_options
 @json_option
 def command(
-    config_path: str | None, set_values: tuple[str, ...], replace: bool, dry_run: bool, as_json: bool, **flags: Any
+    config_path: str | None,
+    set_values: tuple[str, ...],
+    replace: bool,
+    detach: bool,
+    dry_run: bool,
+    as_json: bool,
+    **flags: Any,
 ) -> None:
     """Start `vllm serve` for the planned topology and wait until /health answers.
 
@@ -53,12 +67,18 @@ def command(
                 --enable-expert-parallel.
     The API key is read from api_key_file inside the container, never passed in argv.
     --dry-run prints the script of every node that would serve, with the resolved layout.
+    --supervise: an agent on every node and a coordinator in the head container watch the
+    server (/health, every engine's /metrics, one-token probes) and restart the whole group on a
+    failure, with backoff, at most supervise.max_restarts times in a row; then everything stops
+    and kit exits 6 with the last log lines. kit follows the events (`kit logs --events`) until
+    then; Ctrl-C or --detach leaves the supervision running in the head container.
 
     \b
     Examples:
       kit serve
       kit serve --dry-run --set model.dp=16 --set model.ep=true
       kit serve --model meta-llama/Llama-3.1-70B-Instruct --max-model-len 32768 --timeout 3600
+      kit serve --supervise --detach         # restart the group on failures; `kit status` shows it
     """
     cluster = Cluster.load(config_path, overrides_from(flags, FLAG_KEYS, set_values))
     config = cluster.config
@@ -78,11 +98,30 @@ def command(
     if dry_run:
         warn(warnings, as_json=as_json)
         plan = to_dict(cluster.plan_serve(), cluster.layout)
-        emit("serve", {"dry_run": True, **plan, "warnings": warnings}, as_json=as_json, text=lambda: dry_run_text(plan))
+        prefix = ""
+        if config.supervise.enabled:  # issue 18: what the supervisor is told (supervise.json)
+            from kit.supervise.plan import plan_supervise, supervised_text
+
+            plan["supervise"] = plan_supervise(config)
+            prefix = supervised_text(config) + "\n"
+        emit(
+            "serve",
+            {"dry_run": True, **plan, "warnings": warnings},
+            as_json=as_json,
+            text=lambda: prefix + dry_run_text(plan),
+        )
         return
     drift = cluster.layout_drift()
     warnings += [drift] if drift else []
-    result = cluster.serve(replace=replace, on_progress=say).to_dict()
+    from kit.supervise.hooks import sigterm_as_interrupt
+
+    with sigterm_as_interrupt():  # issue 18: SIGTERM cleans up like Ctrl-C
+        if config.supervise.enabled:
+            from kit.supervise.serve import cli_serve
+
+            cli_serve(config, cluster.runtime, replace=replace, detach=detach, as_json=as_json, warnings=warnings)
+            return
+        result = cluster.serve(replace=replace, on_progress=say).to_dict()
     warn(warnings, as_json=as_json)
     emit(
         "serve",

@@ -38,6 +38,8 @@ FLAG_KEYS = {
     "job_name": "slurm.job_name",
     "job_output": "slurm.output",
     "job_error": "slurm.error",
+    "supervise": "supervise.enabled",
+    "requeue": "slurm.requeue",
 }
 
 
@@ -65,6 +67,12 @@ FLAG_KEYS = {
 @click.option("--job-output", help="#SBATCH --output file, %j = job id (slurm.output).")
 @click.option("--job-error", help="#SBATCH --error file (slurm.error).")
 @click.option("--exclusive", is_flag=True, help="#SBATCH --exclusive (whole nodes; advisable with Docker).")
+@click.option(
+    "--supervise/--no-supervise", default=None, help="Restart the whole group on a failure (supervise.enabled)."
+)
+@click.option(
+    "--requeue/--no-requeue", default=None, help="#SBATCH --requeue; requeue when the nodes fail (slurm.requeue)."
+)
 @click.option("-o", "--out", "out_path", type=click.Path(dir_okay=False), help="Write the launcher here.")
 @click.option("--submit", is_flag=True, help="Write the launcher (default kit-CLUSTER.sbatch) and run sbatch.")
 @config_options

@@ -30,9 +30,18 @@ def command(
     engine process. With --slurm JOB: the job's squeue state and its KIT_* lines (URL, tunnel)."""
     if slurm_job is not None:
         from kit.runtime import get_job_control
+        from kit.supervise.hooks import render_slurm, slurm_summary
 
         job = get_job_control().status(slurm_job)
-        emit("status", {"slurm": job.to_dict()}, as_json=as_json, text=job.render)
+        doc = {**job.to_dict(), "supervise": slurm_summary(job.output)}  # issue 18: restarts inside the job
+        emit("status", {"slurm": doc}, as_json=as_json, text=lambda: job.render() + render_slurm(doc))
         return
-    result = Cluster.load(config_path, cluster_overrides(cluster, set_values)).status(ray=not no_ray)
-    emit("status", result.to_dict(), as_json=as_json, text=lambda: render(result))
+    from kit.supervise.hooks import render_status, status_extras
+
+    found = Cluster.load(config_path, cluster_overrides(cluster, set_values))
+    result = found.status(ray=not no_ray)
+    # Issue 18: whether the model is served (not only whether containers run), supervision, and
+    # the Ray nodes that are missing, by name.
+    extras = status_extras(found.config, found.runtime, found.nodes(), result.ray)
+    doc = {**result.to_dict(), **extras}
+    emit("status", doc, as_json=as_json, text=lambda: "\n".join([render(result), *render_status(doc)]))

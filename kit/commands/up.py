@@ -105,7 +105,10 @@ def command(
         emit("up", {"dry_run": True, **plan, "warnings": warnings}, as_json=as_json, text=lambda: dry_run_text(plan))
         return
     say = functools.partial(progress, as_json=as_json)
-    result = cluster.up(role, replace=replace, wait=not no_wait, on_progress=say, plan=node).to_dict()
+    from kit.supervise.hooks import sigterm_as_interrupt
+
+    with sigterm_as_interrupt():  # issue 18: SIGTERM (a scheduler, `kill`) cleans up like Ctrl-C
+        result = cluster.up(role, replace=replace, wait=not no_wait, on_progress=say, plan=node).to_dict()
     warn(warnings, as_json=as_json)
     net = node.net
     emit(

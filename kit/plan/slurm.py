@@ -114,6 +114,7 @@ class SbatchResources:
     qos: str | None = None
     cpus_per_task: int | None = None
     exclusive: bool = False
+    requeue: bool = False  # issue 18: the launcher requeues the job when its nodes fail for good
 
     def directives(self) -> list[tuple[str, str | None]]:
         items: list[tuple[str, str | None]] = [
@@ -133,6 +134,8 @@ class SbatchResources:
         items += [("output", self.output), ("error", self.error)]
         if self.exclusive:
             items.append(("exclusive", None))
+        if self.requeue:
+            items.append(("requeue", None))
         return items
 
 
@@ -150,6 +153,7 @@ def sbatch_resources(config: KitConfig, *, exclusive: bool = False) -> SbatchRes
         qos=s.qos,
         cpus_per_task=s.cpus_per_task,
         exclusive=exclusive,
+        requeue=s.requeue,
     )
 
 
@@ -190,6 +194,8 @@ def slurm_spec(config: KitConfig, role: Role, script: str, script_args: tuple[st
             Mount(f"{JOB_TMP}/ray", config.ray.temp_dir),
             Mount(f"{JOB_TMP}/kit", "/tmp/kit"),
         )
+    elif config.supervise.enabled:  # issue 18: the supervisor's token file arrives through it
+        mounts = (*mounts, Mount(f"{JOB_TMP}/kit", "/tmp/kit"))
     return dataclasses.replace(
         spec, name=f"{name}-{JOB}", labels=labels, env=env, mounts=mounts, script=script, script_args=script_args
     )
@@ -244,6 +250,13 @@ def check_slurm_config(config: KitConfig, sources: Mapping[str, str]) -> None:
             source=sources.get("runtime"),
             hint="use runtime pyxis (srun --container-image) or edf (srun --environment)",
         )
+    if config.supervise.enabled and config.runtime in ("pyxis", "edf"):
+        raise ConfigError(
+            f"supervision (supervise.enabled) is not available with runtime {config.runtime} yet",
+            key="supervise.enabled",
+            source=sources.get("supervise.enabled"),
+            hint="use runtime docker or apptainer for a supervised job, or slurm.requeue to requeue a failed job",
+        )
     if config.network:
         raise ConfigError(
             "a Docker simulation network cannot be used under SLURM",
@@ -268,7 +281,13 @@ def plan_launcher(config: KitConfig, *, exclusive: bool = False, edf_paths: Mapp
     kit.plan.slurm_enroot.edf_paths; default: next to kit-CLUSTER.sbatch)."""
     scripts = container_scripts(config)
     worker = Role("worker", RANK_SENTINEL)
-    head_spec, worker_spec = node_specs(config, scripts)
+    head_args = default_head_args(scripts)
+    worker_args: tuple[str, ...] = ()
+    if config.supervise.enabled:  # issue 18: kit's supervisor runs each node's serve script
+        from kit.supervise.slurm import supervised
+
+        scripts, head_args, worker_args = supervised(config, scripts, head_args, worker)
+    head_spec, worker_spec = node_specs(config, scripts, head_args=head_args, worker_args=worker_args)
     resources = sbatch_resources(config, exclusive=exclusive)
     has_workers = "KIT_WORKER_SCRIPT" in scripts
     context = {
@@ -287,6 +306,8 @@ def plan_launcher(config: KitConfig, *, exclusive: bool = False, edf_paths: Mapp
         "ready_mark": READY_MARK,
         "server_ready_mark": SERVER_READY_MARK,
         "server_timeout_mark": SERVER_TIMEOUT_MARK,
+        "supervise": config.supervise.enabled,
+        "requeue": config.slurm.requeue,
     }
     if config.runtime in ("pyxis", "edf"):
         from kit.plan import slurm_enroot  # builds on this module's pieces
@@ -319,13 +340,24 @@ def plan_slurm_files(config: KitConfig, launcher: str, *, exclusive: bool = Fals
     return {launcher: text, **slurm_enroot.plan_edfs(config, enroot_specs(config), paths)}
 
 
-def node_specs(config: KitConfig, scripts: Mapping[str, str]) -> tuple[ContainerSpec, ContainerSpec]:
-    """The head's and the workers' ContainerSpec, each running its script (with Ray, the head's
-    entry gets the node and serve scripts as its arguments)."""
-    head_args = tuple(job_var(var) for var in ("KIT_RAY_HEAD_NODE_SCRIPT", "KIT_HEAD_SERVE_SCRIPT") if var in scripts)
+def default_head_args(scripts: Mapping[str, str]) -> tuple[str, ...]:
+    """With Ray, the head's entry gets the node and serve scripts as its arguments."""
+    return tuple(job_var(var) for var in ("KIT_RAY_HEAD_NODE_SCRIPT", "KIT_HEAD_SERVE_SCRIPT") if var in scripts)
+
+
+def node_specs(
+    config: KitConfig,
+    scripts: Mapping[str, str],
+    *,
+    head_args: tuple[str, ...] | None = None,
+    worker_args: tuple[str, ...] = (),
+) -> tuple[ContainerSpec, ContainerSpec]:
+    """The head's and the workers' ContainerSpec, each running its script with its arguments
+    (the head's default: default_head_args)."""
     worker = Role("worker", RANK_SENTINEL)
+    head_args = default_head_args(scripts) if head_args is None else head_args
     return slurm_spec(config, HEAD, job_var("KIT_HEAD_SCRIPT"), head_args), slurm_spec(
-        config, worker, job_var("KIT_WORKER_SCRIPT")
+        config, worker, job_var("KIT_WORKER_SCRIPT"), worker_args
     )
 
 

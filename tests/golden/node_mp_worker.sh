@@ -14,5 +14,10 @@ printf '%s\n' '["VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "CUD
 
 # The mp backend has no cluster phase: `kit serve` starts `vllm serve` on every node. The node
 # only holds GPUs, mounts and environment until then.
+# A restarted container resumes the supervision `kit serve --supervise` left in it (issue 18;
+# kit/supervise/main.py): its run directory survives a restart, `kit down` removes both.
+if [ -f /tmp/kit/supervise/resume ]; then
+  python3 /tmp/kit/supervise/kit-supervise.pyz resume /tmp/kit/supervise || echo "kit: cannot resume supervision" >&2
+fi
 echo "KIT_READY role=worker rank=${KIT_NODE_RANK:-0} node_ip=${VLLM_HOST_IP}"
 exec sleep infinity

@@ -18,6 +18,11 @@ echo "kit: starting the Ray head on ${VLLM_HOST_IP}:6379"
 ray start --head --node-ip-address="${VLLM_HOST_IP}" --port=6379 --ray-client-server-port=10001 --temp-dir=/tmp/ray --include-dashboard=false --node-manager-port=6380 --object-manager-port=6381 --metrics-export-port=6382 --dashboard-agent-grpc-port=6383 --dashboard-agent-listen-port=6384 --runtime-env-agent-port=6385 --min-worker-port=11000 --max-worker-port=11999 --disable-usage-stats --block &
 ray_pid=$!
 trap 'ray stop --force >/dev/null 2>&1 || true; kill "${ray_pid}" 2>/dev/null || true; exit 0' TERM INT
+# A restarted container resumes the supervision `kit serve --supervise` left in it (issue 18;
+# kit/supervise/main.py): its run directory survives a restart, `kit down` removes both.
+if [ -f /tmp/kit/supervise/resume ]; then
+  python3 /tmp/kit/supervise/kit-supervise.pyz resume /tmp/kit/supervise || echo "kit: cannot resume supervision" >&2
+fi
 
 # Barrier: wait until every node AND the expected GPU total are alive (FIELD_NOTES §1 row 17).
 python3 - 2 GPU 16 600 "${VLLM_HOST_IP}:6379" KIT_READY <<'KIT_PY'

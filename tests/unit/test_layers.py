@@ -46,7 +46,8 @@ def test_the_check_sees_an_import_inside_a_function(tmp_path: Path) -> None:
 
 
 LAYERS = sorted(
-    str(p.relative_to(KIT.parent)) for p in [*(KIT / "cluster").glob("*.py"), *(KIT / "bench").glob("*.py")]
+    str(p.relative_to(KIT.parent))
+    for p in [*(KIT / "cluster").glob("*.py"), *(KIT / "bench").glob("*.py"), *(KIT / "supervise").glob("*.py")]
 )
 
 

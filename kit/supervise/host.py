@@ -1,0 +1,266 @@
+"""The host side of supervision, through the container runtime only (exec into the node
+containers; no Docker socket inside them, no SSH): install the bundle and the run's files, launch
+the coordinator and the agents, follow the events, read the state, stop it all.
+
+kit.cluster.serving decides which nodes serve and where the API is; kit.supervise.serve calls
+both (the serve scripts come from kit.plan.scripts.serve_script).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kit.config import KitConfig
+from kit.errors import StartError
+from kit.runtime.base import NodeHandle, Runtime
+from kit.supervise import bundle, events
+from kit.supervise.main import BUNDLE_NAME
+from kit.supervise.plan import RUN_DIR, SERVE_SCRIPT, supervise_json
+
+BUNDLE_PATH = f"{RUN_DIR}/{BUNDLE_NAME}"
+ALIVE_AFTER_S = 15  # a coordinator rewrites state.json every second: older than this, it is gone
+
+# Writes the run's files (argv[2]: {path: {"text"|"b64", "mode"}}) and the token (from the
+# environment, never argv) into the container; a fresh run keeps the previous run's events as
+# events.prev.jsonl. Values arrive as data: nothing is interpolated into code or shell.
+INSTALL_PY = r"""
+import base64, json, os, sys
+run_dir, files = sys.argv[1], json.loads(sys.argv[2])
+os.makedirs(run_dir, exist_ok=True)
+for name in ("state.json", "resume"):
+    if os.path.exists(os.path.join(run_dir, name)):
+        os.unlink(os.path.join(run_dir, name))
+if os.path.exists(os.path.join(run_dir, "events.jsonl")):
+    os.replace(os.path.join(run_dir, "events.jsonl"), os.path.join(run_dir, "events.prev.jsonl"))
+def write(path, data, mode):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+for path, item in files.items():
+    data = base64.b64decode(item["b64"]) if "b64" in item else item["text"].encode()
+    write(path, data, int(item.get("mode", 0o644)))
+write(os.path.join(run_dir, "token"), os.environ["KIT_SUPERVISE_TOKEN"].encode(), 0o600)
+"""
+
+# Stops what supervision runs in this container, whatever state it is in: no resume on a
+# restart, SIGTERM to the coordinator then the agent (the agent stops its serve group first), and
+# what is left of the serve group after that (SIGKILL). Only processes of the bundle or named by
+# the serve pid file are signalled, after checking their command line (a pid file that survived a
+# container restart may name anything).
+STOP_PY = r"""
+import json, os, signal, sys, time
+run_dir, pid_file = sys.argv[1], sys.argv[2]
+def cmd(pid):
+    try:
+        return open(f"/proc/{pid}/cmdline", "rb").read()
+    except OSError:
+        return b""
+def pid_of(path, mark):
+    try:
+        pid = int(open(path).read().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if pid > 1 and mark in cmd(pid) else None
+def wait_gone(pids, seconds):
+    end = time.monotonic() + seconds
+    while time.monotonic() < end and any(cmd(p) for p in pids):
+        time.sleep(0.1)
+    return [p for p in pids if cmd(p)]
+done = {}
+try:
+    os.unlink(os.path.join(run_dir, "resume"))
+except OSError:
+    pass
+for what in ("coordinator", "agent"):
+    pid = pid_of(os.path.join(run_dir, what + ".pid"), b"kit-supervise.pyz\0" + what.encode() + b"\0")
+    if pid:
+        os.kill(pid, signal.SIGTERM)
+        done[what] = pid
+        left = wait_gone([pid], 25)
+        if left:
+            os.kill(pid, signal.SIGKILL)
+serve = pid_of(pid_file, b"vllm") or pid_of(pid_file, b"serve.sh")
+if serve:
+    try:
+        pgid = os.getpgid(serve)
+    except OSError:
+        pgid = None
+    if pgid and pgid > 1 and pgid not in (os.getpgid(0), os.getpgid(1)):
+        for sig in (signal.SIGCONT, signal.SIGTERM):
+            os.killpg(pgid, sig)
+        if wait_gone([serve], 10):
+            os.killpg(pgid, signal.SIGKILL)
+        done["serve_group"] = pgid
+    try:
+        os.unlink(pid_file)
+    except OSError:
+        pass
+print("KIT_SUPERVISE_STOPPED " + json.dumps(done))
+"""
+
+
+@dataclass(frozen=True)
+class Run:
+    """A supervised run as kit started it on this host."""
+
+    head: NodeHandle | None  # None: the head is on another host (only agents started here)
+    nodes: tuple[NodeHandle, ...]
+    url: str
+
+
+def install(runtime: Runtime, node: NodeHandle, *, serve_script: str, settings: str, token: str) -> None:
+    files = {
+        BUNDLE_PATH: {"b64": bundle.encoded(), "mode": 0o644},
+        f"{RUN_DIR}/supervise.json": {"text": settings, "mode": 0o644},
+        SERVE_SCRIPT: {"text": serve_script, "mode": 0o644},
+    }
+    result = runtime.exec(
+        node,
+        ["python3", "-c", INSTALL_PY, RUN_DIR, json.dumps(files)],
+        env={"KIT_SUPERVISE_TOKEN": token},
+        timeout=60,
+    )
+    if result.returncode != 0:
+        raise StartError(
+            f"cannot install the supervisor in {node.name}",
+            details=(result.stderr or result.stdout).strip().splitlines()[-5:],
+            hint="does the image have python3? see `kit logs`",
+        )
+
+
+def launch(runtime: Runtime, node: NodeHandle) -> dict[str, int]:
+    """Start this node's part (coordinator on the head, agent) in the background, and mark the
+    run to resume when the container restarts."""
+    script = f"touch {RUN_DIR}/resume && exec python3 {BUNDLE_PATH} launch {RUN_DIR}"
+    result = runtime.exec(node, ["bash", "-c", script], timeout=60)
+    for line in result.stdout.splitlines():
+        if line.startswith("KIT_SUPERVISE_LAUNCHED "):
+            started: dict[str, int] = json.loads(line.split(" ", 1)[1])
+            return started
+    raise StartError(
+        f"cannot start the supervisor in {node.name}",
+        details=(result.stderr or result.stdout).strip().splitlines()[-5:],
+    )
+
+
+def read_state(runtime: Runtime, head: NodeHandle) -> dict[str, Any] | None:
+    """The coordinator's state.json, with `alive` (it was rewritten in the last few seconds)."""
+    if head.state != "running":
+        return None
+    result = runtime.exec(head, ["cat", f"{RUN_DIR}/state.json"], timeout=15)
+    if result.returncode != 0:
+        return None
+    try:
+        doc: dict[str, Any] = json.loads(result.stdout)
+    except ValueError:
+        return None
+    age = time.time() - float(doc.get("updated_ts", 0))
+    doc["alive"] = age < ALIVE_AFTER_S and doc.get("phase") not in ("given-up", "stopped")
+    doc["updated_s_ago"] = round(age, 1)
+    return doc
+
+
+def read_events(runtime: Runtime, head: NodeHandle, *, start: int = 0) -> list[events.Event]:
+    """Events from line `start` (0-based) of the head's events.jsonl."""
+    if head.state != "running":
+        return []
+    result = runtime.exec(head, ["tail", "-n", f"+{start + 1}", f"{RUN_DIR}/events.jsonl"], timeout=15)
+    return events.parse_lines(result.stdout.splitlines()) if result.returncode == 0 else []
+
+
+def is_active(runtime: Runtime, head: NodeHandle) -> bool:
+    state = read_state(runtime, head)
+    return bool(state and state["alive"])
+
+
+def stop(runtime: Runtime, nodes: Sequence[NodeHandle], reason: str) -> dict[str, Any]:
+    """Stop supervision and every serve group it ran on these nodes: the coordinator is asked
+    first (it orders every agent, on any host, to stop and exit), then whatever is left in each
+    local container is ended directly."""
+    from kit.supervise.plan import PID_FILE
+
+    running = [n for n in nodes if n.state == "running"]
+    head = next((n for n in running if n.role == "head"), None)
+    asked = False
+    if head is not None and is_active(runtime, head):
+        runtime.exec(head, ["python3", BUNDLE_PATH, "ctl", RUN_DIR, "stop", reason], timeout=30)
+        asked = True
+        end = time.monotonic() + 40
+        while time.monotonic() < end and is_active(runtime, head):
+            time.sleep(1)
+    out: dict[str, Any] = {"asked_coordinator": asked, "nodes": {}}
+    for node in sorted(running, key=lambda n: n.role == "head"):  # the head last: its coordinator first
+        result = runtime.exec(node, ["python3", "-c", STOP_PY, RUN_DIR, PID_FILE], timeout=90)
+        for line in result.stdout.splitlines():
+            if line.startswith("KIT_SUPERVISE_STOPPED "):
+                out["nodes"][node.name] = json.loads(line.split(" ", 1)[1])
+    return out
+
+
+def start(
+    config: KitConfig,
+    runtime: Runtime,
+    targets: Sequence[NodeHandle],
+    scripts: Mapping[str, str],
+    url: str,
+    *,
+    on_progress: Callable[[str], None] = lambda _: None,
+) -> Run:
+    """Install and launch supervision on `targets` (scripts: node name -> its serve script); the
+    coordinator goes where the head is. Nothing else is checked here: see serve_supervised."""
+    token = secrets.token_hex(16)
+    settings = supervise_json(config)
+    for node in targets:
+        install(runtime, node, serve_script=scripts[node.name], settings=settings, token=token)
+    head = next((n for n in targets if n.role == "head"), None)
+    for node in sorted(targets, key=lambda n: n.role != "head"):
+        started = launch(runtime, node)
+        what = ", ".join(f"{k} (pid {v})" for k, v in sorted(started.items()))
+        on_progress(f"{node.name}: started the supervisor's {what}")
+    return Run(head=head, nodes=tuple(targets), url=url)
+
+
+def follow(
+    runtime: Runtime,
+    head: NodeHandle,
+    *,
+    on_event: Callable[[events.Event], None],
+    until: tuple[str, ...],
+    deadline: float | None = None,
+    poll_s: float = 1.0,
+) -> events.Event:
+    """Print the coordinator's events as they come until one of the kinds `until` (given-up and
+    stopped always end it); StartError when the coordinator dies or the deadline passes."""
+    seen = 0
+    ends = (*until, "given-up", "stopped")
+    while True:
+        new = read_events(runtime, head, start=seen)
+        seen += len(new)
+        for event in new:
+            on_event(event)
+            if event.kind in ends:
+                return event
+        state = read_state(runtime, head)
+        if state is not None and seen and not state["alive"] and state.get("phase") not in ("given-up", "stopped"):
+            raise StartError(
+                f"the supervisor in {head.name} stopped working (state.json {state['updated_s_ago']:.0f} s old)",
+                details=_log_tail(runtime, head, "coordinator.log"),
+                hint="see `kit logs --events`; `kit serve --supervise --replace` starts it again",
+            )
+        if deadline is not None and time.monotonic() > deadline:
+            raise StartError(f"no ready server in time (still {state.get('phase') if state else '?'})")
+        time.sleep(poll_s)
+
+
+def _log_tail(runtime: Runtime, node: NodeHandle, name: str, lines: int = 20) -> list[str]:
+    out = runtime.exec(node, ["tail", "-n", str(lines), f"{RUN_DIR}/{name}"], timeout=15).stdout
+    return [ln for ln in out.splitlines() if ln.strip()]

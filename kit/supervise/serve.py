@@ -1,0 +1,177 @@
+"""`kit serve --supervise`: start the serving group under supervision, wait until it is ready,
+then (unless --detach) follow the coordinator's events until it gives up (exit 6, with the last
+log lines) or kit is interrupted (the supervision goes on in the head container).
+
+An interrupted or failed first start stops everything it started, on every node.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kit.config import KitConfig
+from kit.errors import StartError
+from kit.plan.roles import Role
+from kit.plan.scripts import serve_script
+from kit.runtime.base import NodeHandle, Runtime
+from kit.supervise import events, host
+
+
+def _alive(runtime: Runtime, node: NodeHandle) -> bool:
+    from kit.cluster.serving import alive
+
+    return alive(runtime, node)
+
+
+def serve_supervised(
+    config: KitConfig,
+    runtime: Runtime,
+    *,
+    replace: bool = False,
+    on_progress: Callable[[str], None] = lambda _: None,
+    on_event: Callable[[events.Event], None] | None = None,
+) -> dict[str, Any]:
+    """Start supervised serving on this host's serving nodes and wait for the first `ready`.
+    Without the head on this host only the agents start (the head's coordinator drives them)."""
+    from kit.cluster.serving import head_url, serving_nodes
+
+    nodes = runtime.find_nodes(config.cluster)
+    targets = serving_nodes(config, nodes)
+    url = head_url(config, nodes)
+    head = next((n for n in targets if n.role == "head"), None)
+    if head is not None and host.is_active(runtime, head) and not replace:
+        raise StartError(
+            f"{head.name} is already supervised",
+            hint="`kit status` shows it; `kit serve --supervise --replace` starts it afresh",
+        )
+    busy = [n for n in targets if _alive(runtime, n)]
+    if busy and not replace:
+        raise StartError(
+            f"a server is already running in {busy[0].name}",
+            hint="`kit serve --supervise --replace` restarts it under supervision",
+        )
+    if replace:
+        stopped = host.stop(runtime, targets, "replaced by kit serve --supervise --replace")
+        if stopped["nodes"]:
+            on_progress("stopped the previous server and its supervisor")
+    scripts = {n.name: serve_script(config, Role(n.role, n.rank)) for n in targets}
+    started = time.monotonic()
+    run = host.start(config, runtime, targets, scripts, url, on_progress=on_progress)
+    if run.head is None:
+        return {
+            "url": url,
+            "model": config.served_name,
+            "nodes": [n.name for n in targets],
+            "supervised": True,
+            "coordinator": f"{config.head_address}:{config.ports.supervisor}",
+            "ready": False,
+        }
+    show = on_event or (lambda e: on_progress(f"supervisor: {e.kind}: {e.reason}"))
+    try:
+        event = host.follow(runtime, run.head, on_event=show, until=("ready",))
+    except BaseException:
+        # Ctrl-C (or SIGTERM), or the coordinator died while starting: nothing it started stays.
+        host.stop(runtime, targets, "kit serve --supervise was interrupted while starting")
+        raise
+    if event.kind != "ready":
+        raise StartError(
+            f"supervision {event.kind}: {event.reason}",
+            details=list(event.details),
+            hint="see `kit logs --events` and `kit logs --serve`; fix, then `kit serve --supervise --replace`",
+        )
+    return {
+        "url": url,
+        "model": config.served_name,
+        "nodes": [n.name for n in targets],
+        "supervised": True,
+        "head": run.head.name,
+        "generation": event.generation,
+        "seconds": round(time.monotonic() - started, 1),
+        "ready": True,
+    }
+
+
+def follow_supervised(config: KitConfig, runtime: Runtime, *, on_event: Callable[[events.Event], None]) -> events.Event:
+    """Follow the events after ready; StartError (exit 6) with the last log lines when the
+    coordinator gives up. A head container that restarts resumes its coordinator (the entrypoint's
+    resume hook): the coordinator may be silent for up to timeouts.join before that is an error."""
+    from kit.cluster.serving import serving_nodes
+
+    def head() -> NodeHandle | None:
+        return next((n for n in runtime.find_nodes(config.cluster) if n.role == "head"), None)
+
+    first = head()
+    if first is None or not serving_nodes(config, [first]):
+        raise StartError(f"no head node of cluster {config.cluster} on this host")
+    seen = len(host.read_events(runtime, first))  # the events up to the first ready are shown
+    silent_since: float | None = None
+    while True:
+        node = head()
+        new = host.read_events(runtime, node, start=seen) if node is not None else []
+        seen += len(new)
+        for event in new:
+            on_event(event)
+            if event.kind == "given-up":
+                raise StartError(
+                    f"supervision gave up: {event.reason}",
+                    details=list(event.details),
+                    hint="see `kit logs --events` and `kit logs --serve`; fix, then `kit serve --supervise --replace`",
+                )
+            if event.kind == "stopped":
+                return event
+        state = host.read_state(runtime, node) if node is not None else None
+        if state is not None and state["alive"]:
+            silent_since = None
+        elif state is not None and state.get("phase") in ("given-up", "stopped"):
+            pass  # its last event is on the way
+        else:
+            silent_since = silent_since or time.monotonic()
+            if time.monotonic() - silent_since > max(60, config.timeouts.join):
+                raise StartError(
+                    "the supervisor on the head is gone",
+                    hint="was the head container removed? `kit status`, `kit logs --events`",
+                )
+        time.sleep(1.0)
+
+
+def cli_serve(
+    config: KitConfig, runtime: Runtime, *, replace: bool, detach: bool, as_json: bool, warnings: list[str]
+) -> None:
+    """The body of `kit serve --supervise` (the verb parses and resolves, this prints)."""
+    from kit.output import emit, progress, warn
+
+    def show(event: events.Event) -> None:
+        progress(f"{event.time} supervisor: {event.kind}: {event.reason}", as_json=as_json)
+        for line in event.details[-10:]:
+            progress(f"  | {line}", as_json=as_json)
+
+    result = serve_supervised(
+        config, runtime, replace=replace, on_progress=lambda line: progress(line, as_json=as_json), on_event=show
+    )
+    warn(warnings, as_json=as_json)
+    if not result["ready"]:
+        nodes = ", ".join(result["nodes"])
+        text = f"agents started on {nodes}; the head's coordinator ({result['coordinator']}) drives them"
+    else:
+        text = (
+            f"serving {result['model']} at {result['url']} under supervision (ready after {result['seconds']} s); "
+            + (
+                "supervision goes on in the head container: `kit status`, `kit logs --events`"
+                if detach
+                else "following its events (Ctrl-C leaves it running)"
+            )
+        )
+    emit("serve", {**result, "warnings": warnings}, as_json=as_json, text=text)
+    if detach or not result["ready"]:
+        return
+    try:
+        follow_supervised(config, runtime, on_event=show)
+    except KeyboardInterrupt:
+        progress(
+            f"kit: stopped following; supervision goes on in {result['head']} "
+            "(`kit logs --events`, `kit down` ends it)",
+            as_json=as_json,
+        )
+        raise
