@@ -18,7 +18,7 @@ from kit.bench import dataset, schedule
 from kit.bench.client import Connection, ConnectionLost, Endpoint, ProtocolError, ResponseParser, new_event_loop
 from kit.bench.metrics import RequestRecord
 from kit.bench.runner import BUDGET_STOP, Runner, Target
-from tests.unit.test_bench import FakeVLLM, closed_port_url, fake_server  # noqa: F401 (fixture)
+from tests.unit.fake_vllm import FakeVLLM, closed_port_url
 
 ALL = schedule.LoadPoint(float("inf"), 1)
 
@@ -185,7 +185,7 @@ def runner_for(url: str, key: str = "sk-test", **kw: Any) -> Runner:
     return Runner(Target(url, "tiny", api_key=key, timeout_s=kw.pop("timeout_s", 600.0)), **kw)
 
 
-def test_first_token_is_the_first_chunk_with_choices(fake_server: str) -> None:  # noqa: F811
+def test_first_token_is_the_first_chunk_with_choices(fake_server: str) -> None:
     """Headers and an SSE comment come at once, the first chunk with choices 0.25 s later:
     TTFT is that chunk, not the headers or the ping."""
     FakeVLLM.first_delay = 0.25
@@ -197,7 +197,7 @@ def test_first_token_is_the_first_chunk_with_choices(fake_server: str) -> None: 
 
 
 @pytest.mark.parametrize(("chunked", "connections"), [(True, 2), (False, 8)], ids=["keep-alive", "close"])
-def test_connections_are_kept_alive(fake_server: str, chunked: bool, connections: int) -> None:  # noqa: F811
+def test_connections_are_kept_alive(fake_server: str, chunked: bool, connections: int) -> None:
     """8 requests at concurrency 2 go over 2 connections; a server that closes after each
     answer gets a new one per request."""
     FakeVLLM.chunked = chunked
@@ -207,7 +207,7 @@ def test_connections_are_kept_alive(fake_server: str, chunked: bool, connections
     assert runner.connections_opened == connections and len(FakeVLLM.peers) == connections
 
 
-def test_the_deadline_cuts_the_stream_and_nothing_starts_after_it(fake_server: str) -> None:  # noqa: F811
+def test_the_deadline_cuts_the_stream_and_nothing_starts_after_it(fake_server: str) -> None:
     FakeVLLM.token_delay = 0.2  # 4 s per request
     start = time.monotonic()
     run = runner_for(fake_server, deadline=start + 0.5).run(dataset.fixed(5, 2, 20), ALL)
@@ -216,7 +216,7 @@ def test_the_deadline_cuts_the_stream_and_nothing_starts_after_it(fake_server: s
     assert [r.error for r in run.records] == ["stopped"]
 
 
-def test_401_stops_the_run(fake_server: str) -> None:  # noqa: F811
+def test_401_stops_the_run(fake_server: str) -> None:
     run = runner_for(fake_server, key="wrong").run(dataset.fixed(5, 2, 2), ALL)
     assert run.stopped == "the server answered 401 Unauthorized" and run.not_sent == 4
     (record,) = run.records
@@ -235,7 +235,7 @@ def test_a_refused_connection_stops_the_run() -> None:
         ("after-headers", "timed out mid-stream", "the server stopped answering (timed out mid-stream)"),
     ],
 )
-def test_request_timeout(fake_server: str, stall: str, error: str, stopped: str | None) -> None:  # noqa: F811
+def test_request_timeout(fake_server: str, stall: str, error: str, stopped: str | None) -> None:
     """--request-timeout bounds each wait for bytes: a slow first answer fails that request
     only; a stream that stops mid-way means the server is gone."""
     FakeVLLM.stall = stall
@@ -246,7 +246,7 @@ def test_request_timeout(fake_server: str, stall: str, error: str, stopped: str 
     assert time.monotonic() - start < 0.3 * len(run.records) + 0.5
 
 
-def test_a_body_framed_by_content_length(fake_server: str) -> None:  # noqa: F811
+def test_a_body_framed_by_content_length(fake_server: str) -> None:
     """A proxy that buffers the stream and sends it with Content-Length: every chunk arrives at
     once (TTFT == E2E), the tokens still count, and the connection is kept."""
     FakeVLLM.length_body = True

@@ -26,8 +26,7 @@ from kit.plan.slurm import SLURM_NET, enroot_specs, plan_launcher, plan_slurm_fi
 from kit.plan.slurm_enroot import node_entry, split_env
 from kit.toml_text import to_toml
 from tests import pyxis_fake
-from tests.conftest import ROOT, shellcheck_bin
-from tests.unit.test_plan import make_config
+from tests.conftest import ROOT, make_config, shellcheck_bin
 
 DEPLOY = ROOT / "deploy" / "slurm"
 EDF_PATHS = {"head": "kit-llama.head.toml", "worker": "kit-llama.worker.toml"}
