@@ -1,152 +1,103 @@
-"""A small real HTTP server that streams chat completions like vLLM (SSE, usage last) for the
-bench runner's and client's unit tests (tests/unit/test_bench.py, test_bench_client.py): a fake
-because these tests control each token's timing and failure; the real vLLM runs in
-tests/integration."""
+"""A stand-in vLLM API server for unit tests (stdlib http.server in a thread): /metrics serves
+real recorded scrapes (tests/fixtures/metrics/), /health, /v1/completions; misbehaves on demand
+(too big, trickling, hanging, erroring). Used by test_observe.py and test_metrics_cli.py."""
 
 from __future__ import annotations
 
-import _thread
+import contextlib
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
-import pytest
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
+SCRAPE = FIXTURES / "vllm-0.32.0-cpu-dp2-after-32-requests.prom"
 
 
-class FakeVLLM(BaseHTTPRequestHandler):
+class FakeServer(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    disable_nagle_algorithm = True  # as uvicorn does; else delayed ACKs bundle the chunks
-    key = "sk-test"
-    token_delay = 0.005
-    die_after: int | None = None
-    served = 0
-    # False: no chunked encoding, the body ends when the connection closes (some proxies and
-    # gateways stream SSE like that); the client must still see each event as it arrives.
-    chunked = True
-    interrupt_at: int | None = None  # Ctrl-C in the test's main thread when this request arrives
-    die_mid_stream = False  # with die_after: drop the connection after two tokens, not before answering
-    first_delay = 0.0  # headers and an SSE comment at once, the first chunk with choices this much later
-    stall: str | None = None  # "before-answer": never answers; "after-headers": headers, then nothing
-    length_body = False  # the whole stream as one Content-Length body (a buffering proxy)
-    peers: set[tuple[str, int]] = set()  # noqa: RUF012 (the client's connections, by their address)
+    metrics_body: ClassVar[bytes] = SCRAPE.read_bytes()
+    metrics_status: ClassVar[int] = 200
+    health_status: ClassVar[int] = 200
+    trickle_s: ClassVar[float] = 0.0  # > 0: /metrics sends one line every trickle_s seconds
+    completion_delay_s: ClassVar[float] = 0.0
+    completion_status: ClassVar[int] = 200
+    completion_body: ClassVar[dict[str, Any]] = {"choices": [{"text": "C", "finish_reason": "length"}]}
+    key: ClassVar[str] = "sk-first"
+    seen: ClassVar[list[dict[str, str]]] = []
+    pages: ClassVar[list[bytes]] = []  # when set, /metrics answers these in turn (the last repeats)
 
     def log_message(self, *args: Any) -> None:
         pass
 
-    def _json(self, code: int, doc: Any) -> None:
-        body = json.dumps(doc).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+    def _send(self, status: int, body: bytes, content_type: str = "text/plain") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
-        self.wfile.write(body)
-
-    def _authorized(self) -> bool:
-        if self.headers.get("Authorization") != f"Bearer {self.key}":
-            self._json(401, {"error": "Unauthorized"})
-            return False
-        return True
+        with contextlib.suppress(OSError):  # the client gave up (deadline tests): nothing to tell
+            self.wfile.write(body)
 
     def do_GET(self) -> None:
-        if self.path == "/version":
-            self._json(200, {"version": "0.32.0-fake"})
-        elif self._authorized():
-            self._json(200, {"data": [{"id": "tiny"}]})
+        cls = type(self)
+        if self.path == "/health":
+            self._send(cls.health_status, b"")
+        elif self.path == "/metrics" and cls.trickle_s:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(cls.metrics_body)))
+            self.end_headers()
+            with contextlib.suppress(OSError):
+                for line in cls.metrics_body.splitlines(keepends=True):
+                    self.wfile.write(line)
+                    self.wfile.flush()
+                    time.sleep(cls.trickle_s)
+        elif self.path == "/metrics":
+            body = (cls.pages.pop(0) if len(cls.pages) > 1 else cls.pages[0]) if cls.pages else cls.metrics_body
+            self._send(cls.metrics_status, body)
+        else:
+            self._send(404, b"not found")
 
     def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        if not self._authorized():
-            return
         cls = type(self)
-        cls.served += 1
-        cls.peers.add(self.client_address)
-        if cls.stall:
-            if cls.stall == "after-headers":
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
-                self.wfile.flush()
-            time.sleep(2)
-            self.close_connection = True
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        cls.seen.append({**{k: v for k, v in self.headers.items()}, "body": json.dumps(body)})
+        if self.headers.get("Authorization") != f"Bearer {cls.key}":
+            self._send(401, b'{"error": "Unauthorized"}', "application/json")
             return
-        if cls.length_body:
-            n = body["max_completion_tokens"]
-            events = [{"choices": [{"delta": {"role": "assistant", "content": ""}}]}]
-            events += [{"choices": [{"delta": {"content": " w"}}]}] * n
-            events += [{"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": n}}]
-            raw = b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n"
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-            return
-        if cls.served == cls.interrupt_at:
-            _thread.interrupt_main()
-        dies = cls.die_after is not None and cls.served > cls.die_after
-        if dies and not cls.die_mid_stream:
-            self.connection.shutdown(socket.SHUT_RDWR)  # the server is gone: connections drop
-            self.close_connection = True
-            return
-        n = body["max_completion_tokens"]
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        if cls.chunked:
-            self.send_header("Transfer-Encoding", "chunked")
-        else:
-            self.send_header("Connection", "close")
-            self.close_connection = True
-        self.end_headers()
-
-        def send(data: str) -> None:
-            raw = f"data: {data}\n\n".encode()
-            self.wfile.write(f"{len(raw):x}\r\n".encode() + raw + b"\r\n" if cls.chunked else raw)
-            self.wfile.flush()
-
-        if cls.first_delay:
-            self.wfile.write(b"8\r\n: ping\n\n\r\n" if cls.chunked else b": ping\n\n")
-            self.wfile.flush()
-            time.sleep(cls.first_delay)
-        send(json.dumps({"choices": [{"delta": {"role": "assistant", "content": ""}}]}))
-        for i in range(n):
-            time.sleep(self.token_delay)
-            if dies and i == 2:
-                self.connection.shutdown(socket.SHUT_RDWR)
-                self.close_connection = True
-                return
-            send(json.dumps({"choices": [{"delta": {"content": " w"}}]}))
-        send(json.dumps({"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": n}}))
-        send("[DONE]")
-        if cls.chunked:
-            self.wfile.write(b"0\r\n\r\n")
+        time.sleep(cls.completion_delay_s)
+        self._send(cls.completion_status, json.dumps(cls.completion_body).encode(), "application/json")
 
 
-@pytest.fixture
-def fake_server() -> Iterator[str]:
-    FakeVLLM.served = 0
-    FakeVLLM.die_after = None
-    FakeVLLM.chunked = True
-    FakeVLLM.token_delay = 0.005
-    FakeVLLM.interrupt_at = None
-    FakeVLLM.die_mid_stream = False
-    FakeVLLM.first_delay = 0.0
-    FakeVLLM.stall = None
-    FakeVLLM.length_body = False
-    FakeVLLM.peers = set()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeVLLM)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+DEFAULTS = (
+    "metrics_body",
+    "metrics_status",
+    "health_status",
+    "trickle_s",
+    "completion_delay_s",
+    "completion_status",
+    "completion_body",
+    "key",
+)
+
+
+@contextlib.contextmanager
+def serving(pages: list[bytes] | None = None) -> Iterator[str]:
+    """Serve FakeServer on a free loopback port with its defaults restored; `pages`: the /metrics
+    answers in order (the last one repeats)."""
+    saved = {name: getattr(FakeServer, name) for name in DEFAULTS}
+    FakeServer.pages = list(pages or [])
+    FakeServer.seen = []
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), FakeServer)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-
-
-def closed_port_url() -> str:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{sock.getsockname()[1]}"  # nothing listens once it is closed
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        for name, value in saved.items():
+            setattr(FakeServer, name, value)

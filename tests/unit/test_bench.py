@@ -19,7 +19,7 @@ from kit.bench.metrics import RequestRecord
 from kit.bench.runner import Runner, SSEBuffer, Target
 from kit.errors import ConfigError
 from tests.conftest import FakeRuntime, make_config, run_kit
-from tests.unit.fake_vllm import FakeVLLM, closed_port_url
+from tests.unit.fake_stream import FakeVLLM, closed_port_url
 
 # ---------------------------------------------------------------- metrics
 

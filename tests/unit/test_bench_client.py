@@ -18,7 +18,7 @@ from kit.bench import dataset, schedule
 from kit.bench.client import Connection, ConnectionLost, Endpoint, ProtocolError, ResponseParser, new_event_loop
 from kit.bench.metrics import RequestRecord
 from kit.bench.runner import BUDGET_STOP, Runner, Target
-from tests.unit.fake_vllm import FakeVLLM, closed_port_url
+from tests.unit.fake_stream import FakeVLLM, closed_port_url
 
 ALL = schedule.LoadPoint(float("inf"), 1)
 
