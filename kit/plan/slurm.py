@@ -184,7 +184,9 @@ def slurm_spec(config: KitConfig, role: Role, script: str, script_args: tuple[st
     if role.rank == RANK_SENTINEL:  # any worker: its rank is SLURM_NODEID, known in the job
         rank = job_var("KIT_NODE_RANK")
         labels["kit.rank"] = env["KIT_NODE_RANK"] = rank
-        env.update(compile_cache_env(config, rank))  # per-node: the node's subfolder, by SLURM_NODEID
+        # per-node compile caches: the node's subfolder, by SLURM_NODEID (a value the user's env set stays)
+        planned = compile_cache_env(config, str(RANK_SENTINEL))
+        env.update({k: v for k, v in compile_cache_env(config, rank).items() if env[k] == planned[k]})
         name = name.removesuffix(str(RANK_SENTINEL)) + rank
     mounts = spec.mounts
     if config.runtime == "apptainer":

@@ -137,10 +137,17 @@ def test_launchers_make_the_folder_and_key_the_subfolder_by_slurm_nodeid(runtime
         word = shell_quote(runtime_word(f"VLLM_CACHE_ROOT={COMPILE_CACHE}/node-{rank}/vllm"))
         assert f"export {word}" in entries["KIT_WORKER_ENTRY"]
         assert not any("VLLM_CACHE_ROOT=" in word for word in steps[1].exports)
+    # A user's env still wins on the workers too.
+    mine = plan_launcher(slurm(runtime, env={"TRITON_CACHE_DIR": "/t"}))  # type: ignore[arg-type]
+    assert "node-" + '"${KIT_NODE_RANK}"' + "/triton" not in mine
+    assert runtime == "edf" or "TRITON_CACHE_DIR=/t" in mine  # EDF: in its TOML files (below)
     if runtime == "edf":
         files = plan_edfs(cfg, enroot_specs(cfg), {"head": "h.toml", "worker": "w.toml"})  # type: ignore[arg-type]
         assert f'"/scratch/cc:{COMPILE_CACHE}"' in files["w.toml"]
         assert "node-" not in files["w.toml"]  # the rank is the entry's, not the file's
+        cfg = slurm(runtime, env={"TRITON_CACHE_DIR": "/t"})
+        files = plan_edfs(cfg, enroot_specs(cfg), {"head": "h.toml", "worker": "w.toml"})  # type: ignore[arg-type]
+        assert 'TRITON_CACHE_DIR = "/t"' in files["w.toml"] and 'TRITON_CACHE_DIR = "/t"' in files["h.toml"]
 
 
 def test_docker_launcher_creates_the_folder_on_the_node(tmp_path: Path) -> None:
