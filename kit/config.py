@@ -150,6 +150,20 @@ SCHEMA: dict[str, Spec] = {
     ),
     "api_key_file": Spec("str", None, "file holding the API key for the server", optional=True, text="path"),
     "ray_token_file": Spec("str", None, "file holding the Ray token (Ray token auth)", optional=True, text="path"),
+    "compile_cache.dir": Spec(
+        "str",
+        None,
+        "host folder for vLLM's compile caches (torch.compile, Triton, Inductor, FlashInfer), kept across starts",
+        optional=True,
+        text="path",
+        pattern=(r"(/|~/)[^:,]*", "an absolute host path (or ~/...) without ':' or ','"),
+    ),
+    "compile_cache.scope": Spec(
+        "choice",
+        "per-node",
+        "per-node: a subfolder node-RANK for each node; shared: every node uses the folder itself",
+        ("per-node", "shared"),
+    ),
     "ipc_host": Spec("bool", True, "share the host IPC namespace (--ipc=host); false uses shm_size"),
     "shm_size": Spec("size", "16g", "/dev/shm size when ipc_host is false (e.g. 10.24g)"),
     "env": Spec(
@@ -250,6 +264,12 @@ class Supervise:
 
 
 @dataclass(frozen=True)
+class CompileCache:
+    dir: str | None = None  # None: the caches live and die with the container (kit.plan.node)
+    scope: str = "per-node"
+
+
+@dataclass(frozen=True)
 class Ray:
     temp_dir: str
     dashboard: bool
@@ -312,6 +332,7 @@ class KitConfig:
     enroot: Enroot
     slurm: Slurm
     supervise: Supervise
+    compile_cache: CompileCache = CompileCache()
     # How model.tp/pp/dp were decided, set by kit.cluster.resolve when it applies the layout
     # planner with the model's facts (None: this config alone decides, see `layout`).
     layout_from: str | None = None
@@ -560,6 +581,7 @@ def build(values: Mapping[str, Any]) -> KitConfig:
         enroot=Enroot(**section("enroot")),
         slurm=Slurm(**section("slurm")),
         supervise=Supervise(**section("supervise")),
+        compile_cache=CompileCache(**section("compile_cache")),
     )
 
 

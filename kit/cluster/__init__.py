@@ -31,6 +31,7 @@ from kit.cluster.resolve import (
     check_mounts,
     check_plan,
     check_secret_files,
+    ensure_compile_cache,
     relayout,
     values_of,
 )
@@ -159,6 +160,7 @@ class Cluster:
     ) -> UpResult:
         """Start this host's node of `role` (planned unless `plan` is given) and wait for it."""
         plan = plan or self.plan_node(role, config=config)
+        ensure_compile_cache(config or self.config, self.sources)
         return _nodes.start_node(
             self.runtime,
             config or self.config,

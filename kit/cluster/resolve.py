@@ -122,6 +122,7 @@ def absolutize(resolved: Resolved) -> Resolved:
         api_key_file=host_path(cfg.api_key_file),
         ray_token_file=host_path(cfg.ray_token_file),
         mounts=tuple(mounts),
+        compile_cache=dataclasses.replace(cfg.compile_cache, dir=host_path(cfg.compile_cache.dir)),
     )
     return Resolved(config=config, values=resolved.values, sources=resolved.sources, path=resolved.path)
 
@@ -238,3 +239,21 @@ def refuse_guessed(layout: Layout, command: str) -> None:
             hint="set model.tp and model.pp (e.g. --tp 8 --pp 2; `kit plan MODEL` recommends them), "
             "or put the model's files in hf_cache",
         )
+
+
+def ensure_compile_cache(config: KitConfig, sources: Mapping[str, str]) -> None:
+    """Create compile_cache.dir when it is missing (a cache is kit's to make, like `mkdir -p`:
+    Apptainer refuses to bind a missing folder, Docker would make it owned by root). Refused with
+    one line when it cannot be made (a file there, no permission)."""
+    directory = config.compile_cache.dir
+    if directory is None:
+        return
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot create the folder {directory}: {exc.strerror or exc}",
+            key="compile_cache.dir",
+            source=sources.get("compile_cache.dir"),
+            hint="create it (writable by you) or choose another folder; unset the key to keep caches in the container",
+        ) from None

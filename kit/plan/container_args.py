@@ -25,7 +25,7 @@ from typing import Any
 from kit.errors import ConfigError
 from kit.images import familiar_repository, parse_ref
 from kit.plan.node import ContainerSpec, Mount
-from kit.plan.paths import API_KEY_PATH, HF_HOME, HF_TOKEN_PATH, RAY_TOKEN_PATH
+from kit.plan.paths import API_KEY_PATH, COMPILE_CACHE, HF_HOME, HF_TOKEN_PATH, RAY_TOKEN_PATH
 from kit.render import positional
 
 
@@ -239,6 +239,7 @@ def _mount_entry(m: Mount) -> str:
 
 _MOUNT_KEYS = {
     HF_HOME: "hf_cache",
+    COMPILE_CACHE: "compile_cache.dir",
     HF_TOKEN_PATH: "hf_token_file",
     API_KEY_PATH: "api_key_file",
     RAY_TOKEN_PATH: "ray_token_file",

@@ -9,7 +9,7 @@ from kit import __version__, labels
 from kit.config import KitConfig
 from kit.labels import LayoutLabels
 from kit.plan.network import NodeNet
-from kit.plan.paths import API_KEY_PATH, HF_HOME, HF_TOKEN_PATH, RAY_TOKEN_PATH, VLLM_CONFIG_ROOT
+from kit.plan.paths import API_KEY_PATH, COMPILE_CACHE, HF_HOME, HF_TOKEN_PATH, RAY_TOKEN_PATH, VLLM_CONFIG_ROOT
 from kit.plan.roles import Role
 from kit.plan.scripts import node_script, ray_token_enabled
 
@@ -88,6 +88,7 @@ def node_env(config: KitConfig, role: Role, net: NodeNet) -> dict[str, str]:
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
     }
+    env.update(compile_cache_env(config, str(role.rank)))
     if config.hf_token_file:
         env["HF_TOKEN_PATH"] = HF_TOKEN_PATH  # the token itself never enters env or argv
     if ray_token_enabled(config):
@@ -102,10 +103,50 @@ def node_env(config: KitConfig, role: Role, net: NodeNet) -> dict[str, str]:
     return env
 
 
+# The compile caches a vLLM start fills (issue 19, warm caches), each pointed into the
+# compile_cache.dir mount (read in vLLM 0.32's envs.py and vllm/compilation/):
+# - VLLM_CACHE_ROOT (default ~/.cache/vllm): torch.compile's artifacts under torch_compile_cache/
+#   (keyed by a hash of the vLLM config, torch version and model code), which vLLM's Inductor
+#   backend gives its own inductor_cache/ and triton_cache/ beside them; model info, assets.
+# - TRITON_CACHE_DIR (default ~/.triton/cache): Triton kernels JIT-compiled outside torch.compile
+#   (vLLM's own Triton kernels: fused MoE, attention); set, vLLM also puts torch.compile's Triton
+#   kernels there. Content-addressed, written by atomic rename.
+# - TORCHINDUCTOR_CACHE_DIR (default /tmp/torchinductor_USER): Inductor outside vLLM's compile
+#   backend (torch.compile'd helpers); vLLM sets its own per-hash one for the model's graph.
+# - FLASHINFER_WORKSPACE_BASE (default ~): FlashInfer's JIT-built kernels and downloaded cubins
+#   under .cache/flashinfer/ (GPU images).
+COMPILE_CACHE_DIRS = {
+    "VLLM_CACHE_ROOT": "vllm",
+    "TRITON_CACHE_DIR": "triton",
+    "TORCHINDUCTOR_CACHE_DIR": "inductor",
+    "FLASHINFER_WORKSPACE_BASE": "flashinfer",
+}
+
+
+def compile_cache_env(config: KitConfig, rank: str) -> dict[str, str]:
+    """The cache variables of node `rank` ({} when compile_cache.dir is unset: the caches then
+    live and die with the container). Every node mounts the folder at COMPILE_CACHE; per-node
+    points node k into its subfolder node-k, so no two nodes of a cluster write the same files,
+    which matters on a shared filesystem (NFS, Lustre), where the compilers' file locks do not
+    reliably reach across hosts. Keyed by rank, not hostname: under SLURM node k of the next job
+    finds node k's cache warm whichever host it lands on (the nodes of a partition are alike, and
+    the caches are keyed by GPU arch and software anyway). The subfolder is chosen by the
+    environment, not the mount, so one mount serves every node of a SLURM step (pyxis starts all
+    workers with one srun). shared: the folder itself on every node: for a node-local disk (each
+    host keeps its own), or to let one node's compile warm identical nodes on a shared one."""
+    if config.compile_cache.dir is None:
+        return {}
+    base = f"{COMPILE_CACHE}/node-{rank}" if config.compile_cache.scope == "per-node" else COMPILE_CACHE
+    return {name: f"{base}/{sub}" for name, sub in COMPILE_CACHE_DIRS.items()}
+
+
 def node_mounts(config: KitConfig, role: Role) -> tuple[Mount, ...]:
-    """The HF cache, the secret files (read-only) and the extra mounts. The API key only where the
-    API server runs (the head): workers never answer API requests (issue 16, closed by default)."""
+    """The HF cache, the compile caches, the secret files (read-only) and the extra mounts. The API
+    key only where the API server runs (the head): workers never answer API requests (issue 16,
+    closed by default)."""
     mounts = [Mount(config.hf_cache, HF_HOME)]
+    if config.compile_cache.dir:
+        mounts.append(Mount(config.compile_cache.dir, COMPILE_CACHE))
     if config.hf_token_file:
         mounts.append(Mount(config.hf_token_file, HF_TOKEN_PATH, read_only=True))
     if config.api_key_file and role.is_head:

@@ -6,3 +6,5 @@ HF_TOKEN_PATH = f"{SECRETS_DIR}/hf_token"
 API_KEY_PATH = f"{SECRETS_DIR}/api_key"
 RAY_TOKEN_PATH = f"{SECRETS_DIR}/ray_token"
 VLLM_CONFIG_ROOT = "/tmp/kit/vllm-config"
+# Where compile_cache.dir is mounted; the caches vLLM and its compilers write go under it.
+COMPILE_CACHE = "/root/.cache/kit-compile"

@@ -24,7 +24,7 @@ from kit.config import KitConfig
 from kit.errors import ConfigError
 from kit.plan.container_args import to_apptainer_env, to_apptainer_start_argv, to_docker_argv
 from kit.plan.network import NodeNet
-from kit.plan.node import ContainerSpec, Mount, plan_node
+from kit.plan.node import ContainerSpec, Mount, compile_cache_env, plan_node
 from kit.plan.roles import HEAD, Role
 from kit.plan.scripts import READY_MARK, node_script, ray_token_enabled, serve_script
 from kit.render import Arg, EnvRef, Word, render, shell_quote
@@ -184,6 +184,9 @@ def slurm_spec(config: KitConfig, role: Role, script: str, script_args: tuple[st
     if role.rank == RANK_SENTINEL:  # any worker: its rank is SLURM_NODEID, known in the job
         rank = job_var("KIT_NODE_RANK")
         labels["kit.rank"] = env["KIT_NODE_RANK"] = rank
+        # per-node compile caches: the node's subfolder, by SLURM_NODEID (a value the user's env set stays)
+        planned = compile_cache_env(config, str(RANK_SENTINEL))
+        env.update({k: v for k, v in compile_cache_env(config, rank).items() if env[k] == planned[k]})
         name = name.removesuffix(str(RANK_SENTINEL)) + rank
     mounts = spec.mounts
     if config.runtime == "apptainer":
@@ -308,6 +311,7 @@ def plan_launcher(config: KitConfig, *, exclusive: bool = False, edf_paths: Mapp
         "server_timeout_mark": SERVER_TIMEOUT_MARK,
         "supervise": config.supervise.enabled,
         "requeue": config.slurm.requeue,
+        "compile_cache": config.compile_cache.dir,
     }
     if config.runtime in ("pyxis", "edf"):
         from kit.plan import slurm_enroot  # builds on this module's pieces

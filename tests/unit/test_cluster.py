@@ -21,7 +21,7 @@ from kit.cluster import Cluster
 from kit.cluster.serving import ALIVE, LAUNCH
 from kit.cluster.status import render
 from kit.config import KitConfig, load_config
-from kit.errors import StartError
+from kit.errors import ConfigError, StartError
 from kit.labels import LayoutLabels
 from kit.plan.layout import BY_CONFIG
 from kit.plan.node import ContainerSpec
@@ -160,6 +160,21 @@ def test_bring_up_starts_workers_then_the_head_and_records_the_layout() -> None:
     ray = Cluster.from_config(cpu_config(cluster="kr", backend="ray", accelerator="gpu"), runtime=rt)
     assert ray.up(Role("worker", 1)).ready_line == JOINED_MARK
     assert ray.up(Role("worker", 1)).to_dict() == {"container": "kit-kr-worker-1", "state": "running", "created": False}
+
+
+def test_up_makes_the_compile_cache_folder_first_or_starts_nothing(tmp_path: Path) -> None:
+    """compile_cache.dir (issue 19): `kit up` creates the folder before the container mounts it
+    (a bind of a missing folder fails under Apptainer); a file in its place refuses the start."""
+    rt = FakeRuntime()
+    folder = tmp_path / "cc"
+    Cluster.from_config(cpu_config(**{"compile_cache.dir": str(folder)}), runtime=rt).up(Role("worker", 1))
+    assert folder.is_dir() and "start kit-kc-worker-1" in rt.events
+    blocked = tmp_path / "file"
+    blocked.write_text("x")
+    rt = FakeRuntime()
+    with pytest.raises(ConfigError, match="cannot create the folder"):
+        Cluster.from_config(cpu_config(**{"compile_cache.dir": str(blocked)}), runtime=rt).up(Role("worker", 1))
+    assert not any(e.startswith("start") for e in rt.events)
 
 
 def test_labels_round_trip_and_refuse_garbage() -> None:
