@@ -138,6 +138,12 @@ SCHEMA: dict[str, Spec] = {
         "str", None, "GPU model or memory per GPU (H100-80GB, 40GiB) for tp/pp auto from `kit plan`", optional=True
     ),
     "model.extra_args": Spec("list", [], "extra `vllm serve` arguments, as a list", text="arg", high=1024),
+    "model.offline": Spec(
+        "choice",
+        "auto",
+        "run vLLM with HF_HUB_OFFLINE=1: auto (when the model is complete in hf_cache), true, false",
+        ("auto", "true", "false"),
+    ),
     "hf_cache": Spec(
         "str", "~/.cache/huggingface", "host HF cache dir, mounted at the same path on every node", text="path"
     ),
@@ -246,6 +252,7 @@ class Model:
     max_model_len: int | None
     gpu_memory: str | None
     extra_args: tuple[str, ...]
+    offline: str = "auto"  # auto | true | false (kit.cluster.model)
 
 
 @dataclass(frozen=True)

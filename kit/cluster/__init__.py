@@ -7,6 +7,7 @@ runtime adapter its nodes run on. The verbs are shims over it: `kit up` plans an
 `bring_up()`, serve, and tear down.
 
     resolve.py   config -> model facts (read once) -> layout -> checks
+    model.py     is the model complete in hf_cache: vLLM offline or not (issue 19)
     nodes.py     one node: host facts, plan, start and wait
     serving.py   `vllm serve` on the serving nodes and the wait for /health
     status.py    containers, the Ray view, the DP view
@@ -15,7 +16,7 @@ runtime adapter its nodes run on. The verbs are shims over it: `kit up` plans an
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 from kit.cluster import nodes as _nodes
 from kit.cluster import serving as _serving
 from kit.cluster import status as _status
+from kit.cluster.model import ModelCache, check_model_cache, decide_offline, with_offline
 from kit.cluster.nodes import NodePlan, UpResult
 from kit.cluster.resolve import (
     Overrides,
@@ -71,6 +73,7 @@ class Cluster:
     def __init__(self, resolution: Resolution, runtime: Runtime | None = None) -> None:
         self.resolution = resolution
         self._runtime = runtime
+        self._model_cache: ModelCache | None = None
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -130,6 +133,13 @@ class Cluster:
             self._runtime = runtime.get_runtime(self.config)
         return self._runtime
 
+    def model_cache(self) -> ModelCache:
+        """Is the model complete in hf_cache on this host, hence vLLM offline on the nodes
+        (kit.cluster.model)? The cache is read once per cluster."""
+        if self._model_cache is None:
+            self._model_cache = decide_offline(self.config, check_model_cache(self.config))
+        return self._model_cache
+
     def check(self) -> None:
         """Every host-independent check of the plan (kit.plan.checks), with the model's facts."""
         check_plan(self.resolution)
@@ -137,8 +147,9 @@ class Cluster:
     # ---- nodes --------------------------------------------------------------------------
     def plan_node(self, role: Role, *, check_files: bool = True, config: KitConfig | None = None) -> NodePlan:
         """Validate everything, then plan this node (`config`: a per-node variant, kit demo's GPU
-        split). The host's interfaces and routes are its only input besides the config."""
-        config = config or self.config
+        split). The host's interfaces and routes are its only input besides the config, and
+        the model cache's decision: HF_HUB_OFFLINE=1 in the node's environment when complete."""
+        config = with_offline(config or self.config, self.model_cache())
         self.check()
         if check_files:
             check_secret_files(config, self.sources)
@@ -157,8 +168,10 @@ class Cluster:
         on_progress: Progress = _quiet,
         plan: NodePlan | None = None,
         config: KitConfig | None = None,
+        notes: Sequence[str] = (),
     ) -> UpResult:
-        """Start this host's node of `role` (planned unless `plan` is given) and wait for it."""
+        """Start this host's node of `role` (planned unless `plan` is given) and wait for it;
+        `notes` are warnings said just before it starts."""
         plan = plan or self.plan_node(role, config=config)
         ensure_compile_cache(config or self.config, self.sources)
         return _nodes.start_node(
@@ -169,6 +182,7 @@ class Cluster:
             wait=wait,
             on_progress=on_progress,
             deadline=deadline,
+            notes=notes,
         )
 
     def bring_up(
@@ -200,19 +214,30 @@ class Cluster:
 
     # ---- serving ------------------------------------------------------------------------
     def plan_serve(self) -> ServePlan:
-        return _serving.plan_serve(self.config)
+        return _serving.plan_serve(self.config, env=self.model_cache().env)
 
     def serve(
-        self, *, replace: bool = False, deadline: float | None = None, on_progress: Progress = _quiet
+        self,
+        *,
+        replace: bool = False,
+        deadline: float | None = None,
+        on_progress: Progress = _quiet,
+        notes: Sequence[str] = (),
     ) -> ServeResult:
-        """`vllm serve` on the serving nodes of this host, then wait until /health answers."""
+        """`vllm serve` on the serving nodes of this host, then wait until /health answers;
+        `notes` are warnings said once the nodes are found, before anything starts."""
         nodes = self.nodes()
         targets = _serving.serving_nodes(self.config, nodes)
+        for note in notes:
+            on_progress(f"warning: {note}")
         url = _serving.head_url(self.config, nodes)
         _serving.stop_running(self.runtime, targets, replace=replace, url=url, on_progress=on_progress)
         started = time.monotonic()
         try:
-            _serving.launch(self.config, self.runtime, targets, on_progress=on_progress)
+            # The serve process exports the offline decision too: nodes started before the model
+            # was fetched run it offline without a restart (with Ray, workers keep their node's).
+            env = self.model_cache().env
+            _serving.launch(self.config, self.runtime, targets, env=env, on_progress=on_progress)
             self.wait(url, targets, started=started, deadline=deadline, on_progress=on_progress)
         except (KeyboardInterrupt, StartError):
             # Interrupted (Ctrl-C, SIGTERM) or not healthy in time: stop what was started on every
@@ -295,4 +320,4 @@ class Cluster:
         return DownResult(self.config.cluster, removed.get("containers", []), removed.get("networks", []))
 
 
-__all__ = ["Cluster", "DownResult", "NodePlan", "ServePlan", "ServeResult", "StatusResult", "UpResult"]
+__all__ = ["Cluster", "DownResult", "ModelCache", "NodePlan", "ServePlan", "ServeResult", "StatusResult", "UpResult"]

@@ -4,7 +4,7 @@ starting it with a runtime adapter: the container, then the wait for its readine
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,9 +71,11 @@ def start_node(
     wait: bool,
     on_progress: Progress,
     deadline: float | None = None,
+    notes: Sequence[str] = (),
 ) -> UpResult:
     """Start (or report) the node container and wait for readiness. Ctrl-C leaves no orphan.
-    `deadline` (time.monotonic()) ends the wait earlier than timeouts.join (kit tune's budget)."""
+    `deadline` (time.monotonic()) ends the wait earlier than timeouts.join (kit tune's budget).
+    `notes`: warnings said once the engine answered, before the container starts (issue 19)."""
     state = runtime.state(spec.name)
     if state == "running" and not replace:
         on_progress(f"{spec.name} is already running (use --replace to recreate it)")
@@ -83,8 +85,8 @@ def start_node(
     if config.network and config.runtime == "docker":
         runtime.ensure_network(config.network, config.network_subnet, config.cluster)
     drift = image_drift(runtime, spec.image)
-    if drift:
-        on_progress(f"warning: {drift}")
+    for note in [*notes, *([drift] if drift else [])]:
+        on_progress(f"warning: {note}")
     on_progress(f"starting {spec.name} from {spec.image}")
     try:
         runtime.start(spec)

@@ -5,7 +5,7 @@ evidence when it fails."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,12 +71,14 @@ class ServePlan:
     nodes: list[NodeServe]
 
 
-def plan_serve(config: KitConfig) -> ServePlan:
-    """The serve script of every node that runs `vllm serve`: the head (Ray), every node (mp). Pure."""
+def plan_serve(config: KitConfig, *, env: Mapping[str, str] | None = None) -> ServePlan:
+    """The serve script of every node that runs `vllm serve`: the head (Ray), every node (mp),
+    exporting `env` (the offline decision, kit.cluster.model). Pure."""
     roles = [Role("head", 0)]
     if config.backend == "mp":
         roles += [Role("worker", rank) for rank in range(1, config.nodes)]
-    return ServePlan(config.cluster, config.backend, [NodeServe(r, serve_script(config, r)) for r in roles])
+    scripts = [NodeServe(r, serve_script(config, r, env=env)) for r in roles]
+    return ServePlan(config.cluster, config.backend, scripts)
 
 
 def head_url(config: KitConfig, nodes: Sequence[NodeHandle]) -> str:
@@ -154,11 +156,17 @@ def stop_running(
 
 
 def launch(
-    config: KitConfig, runtime: Runtime, targets: Sequence[NodeHandle], *, on_progress: Callable[[str], None]
+    config: KitConfig,
+    runtime: Runtime,
+    targets: Sequence[NodeHandle],
+    *,
+    on_progress: Callable[[str], None],
+    env: Mapping[str, str] | None = None,
 ) -> None:
-    """Start each target's serve script in the background (kit.plan.scripts.serve_script)."""
+    """Start each target's serve script (kit.plan.scripts.serve_script, exporting `env`) in the
+    background."""
     for node in targets:
-        script = serve_script(config, Role(node.role, node.rank))
+        script = serve_script(config, Role(node.role, node.rank), env=env)
         runtime.exec_detached(node, ["bash", "-c", LAUNCH, "kit-serve", script])
         on_progress(f"{node.name}: started vllm serve ({node.role}, rank {node.rank})")
 

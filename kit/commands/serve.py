@@ -95,9 +95,13 @@ def command(
     warnings = [e.warning() for e in exposures(config, ray=False)]  # the API without a key
     guessed = guessed_warning(cluster.layout)
     warnings += [guessed] if guessed else []
+    # A model not complete in hf_cache: said before anything starts (issue 19), with the fix.
+    cache = cluster.model_cache()
+    cache_warnings = [cache.warning] if cache.warning else []
     if dry_run:
+        warnings = cache_warnings + warnings
         warn(warnings, as_json=as_json)
-        plan = to_dict(cluster.plan_serve(), cluster.layout)
+        plan = {**to_dict(cluster.plan_serve(), cluster.layout), "model_cache": cache.to_dict()}
         prefix = ""
         if config.supervise.enabled:  # issue 18: what the supervisor is told (supervise.json)
             from kit.supervise.plan import plan_supervise, supervised_text
@@ -119,13 +123,21 @@ def command(
         if config.supervise.enabled:
             from kit.supervise.serve import cli_serve
 
-            cli_serve(config, cluster.runtime, replace=replace, detach=detach, as_json=as_json, warnings=warnings)
+            cli_serve(
+                config,
+                cluster.runtime,
+                replace=replace,
+                detach=detach,
+                as_json=as_json,
+                warnings=cache_warnings + warnings,
+                serve_env=cache.env,
+            )
             return
-        result = cluster.serve(replace=replace, on_progress=say).to_dict()
+        result = cluster.serve(replace=replace, on_progress=say, notes=cache_warnings).to_dict()
     warn(warnings, as_json=as_json)
     emit(
         "serve",
-        {**result, "warnings": warnings},
+        {**result, "model_cache": cache.to_dict(), "warnings": cache_warnings + warnings},
         as_json=as_json,
         text=f"serving {result['model']} at {result['url']} (healthy after {result['seconds']} s)",
     )

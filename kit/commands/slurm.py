@@ -8,11 +8,12 @@ from typing import Any
 
 import click
 
+from kit.cluster.model import ModelCache, check_model_cache, decide_offline, with_offline
 from kit.cluster.resolve import Resolution, check_plan, check_secret_files, refuse_guessed, resolve
 from kit.commands._options import config_options, json_option, layout_options, overrides_from
 from kit.commands._params import KitCommand, writable
 from kit.errors import ConfigError
-from kit.output import emit, progress
+from kit.output import emit, progress, warn
 from kit.plan.slurm import SERVER_READY_MARK, check_slurm_config, plan_slurm_files
 from kit.render import shell_words
 
@@ -106,7 +107,11 @@ def command(
       kit down --slurm JOBID                 # scancel, and nothing is left running
     """
     resolution = resolve(config_path, overrides_from(flags, FLAG_KEYS, set_values))
-    config, sources = resolution.config, resolution.resolved.sources
+    sources = resolution.resolved.sources
+    # The nodes' cache cannot be seen from here: the login node's view of the shared hf_cache
+    # decides offline or not for every node (issue 19), and a line says which.
+    cache = decide_offline(resolution.config, check_model_cache(resolution.config))
+    config = with_offline(resolution.config, cache)
     # Every node of the job must run the same layout, and the nodes' files are not the files of
     # this host: `auto` that this host could only guess is refused (issue 17).
     refuse_guessed(resolution.layout, "slurm")
@@ -117,9 +122,10 @@ def command(
     path = Path(out_path or f"kit-{config.cluster}.sbatch")
     launcher, *edfs = files = plan_slurm_files(config, str(path), exclusive=exclusive)
     text = files[launcher]
-    layout = layout_fields(resolution)
+    layout = {**layout_fields(resolution), "model_cache": cache.to_dict(), "warnings": _warnings(cache)}
     if out_path is None and not submit:
-        progress(layout_line(resolution), as_json=as_json)
+        progress(layout_line(resolution, cache), as_json=as_json)
+        warn(_warnings(cache), as_json=as_json)
         extra = {"edf": {p: files[p] for p in edfs}} if edfs else {}
         shown = "".join([text, *(f"# ---- kit: {p} (environment definition) ----\n{files[p]}" for p in edfs)])
         emit("slurm", {"launcher": text, **extra, **layout}, as_json=as_json, text=shown.rstrip("\n"))
@@ -131,7 +137,8 @@ def command(
     result: dict[str, Any] = {"path": str(path), "nodes": config.nodes, "runtime": config.runtime, **layout}
     if edfs:
         result["edf"] = edfs
-    progress(layout_line(resolution), as_json=as_json)
+    progress(layout_line(resolution, cache), as_json=as_json)
+    warn(_warnings(cache), as_json=as_json)
     if not submit:
         emit("slurm", result, as_json=as_json, text=f"wrote {path} (submit it with: {shell_words(['sbatch', path])})")
         return
@@ -154,6 +161,10 @@ def command(
     )
 
 
+def _warnings(cache: ModelCache) -> list[str]:
+    return [cache.warning] if cache.warning else []
+
+
 def layout_fields(resolution: Resolution) -> dict[str, Any]:
     """The launcher's layout for --json: the numbers and how they were decided."""
     layout = resolution.layout
@@ -163,11 +174,12 @@ def layout_fields(resolution: Resolution) -> dict[str, Any]:
     }
 
 
-def layout_line(resolution: Resolution) -> str:
-    """One stderr line: the layout the launcher runs and how it was decided (kit's own words and
-    numbers: nothing a user wrote)."""
+def layout_line(resolution: Resolution, cache: ModelCache) -> str:
+    """One stderr line: the layout the launcher runs and how it was decided, and whether its
+    nodes run vLLM offline, decided by this host's view of the shared hf_cache (kit's own words
+    and numbers: nothing a user wrote)."""
     layout = resolution.layout
-    return f"kit slurm: layout {layout.describe()} (decided by: {layout.decided_by})"
+    return f"kit slurm: layout {layout.describe()} (decided by: {layout.decided_by}); {cache.describe()}"
 
 
 def _write_atomically(path: Path, text: str, *, mode: int = 0o755) -> None:

@@ -100,20 +100,36 @@ def command(
     # guess: one stderr line each once the plan is valid (a dry run) or the node is up, and a
     # `warnings` field in --json output.
     warnings = [e.warning() for e in exposures(cluster.config, api=role.is_head)] + _guessed(cluster)
+    # A model not complete in hf_cache: said before anything starts (issue 19), with the fix.
+    cache = cluster.model_cache()
+    cache_warnings = [cache.warning] if cache.warning else []
     if dry_run:
-        warn(warnings, as_json=as_json)
-        emit("up", {"dry_run": True, **plan, "warnings": warnings}, as_json=as_json, text=lambda: dry_run_text(plan))
+        warn(cache_warnings + warnings, as_json=as_json)
+        emit(
+            "up",
+            {"dry_run": True, **plan, "warnings": cache_warnings + warnings},
+            as_json=as_json,
+            text=lambda: dry_run_text(plan),
+        )
         return
     say = functools.partial(progress, as_json=as_json)
     from kit.supervise.hooks import sigterm_as_interrupt
 
     with sigterm_as_interrupt():  # issue 18: SIGTERM (a scheduler, `kill`) cleans up like Ctrl-C
-        result = cluster.up(role, replace=replace, wait=not no_wait, on_progress=say, plan=node).to_dict()
+        result = cluster.up(
+            role, replace=replace, wait=not no_wait, on_progress=say, plan=node, notes=cache_warnings
+        ).to_dict()
     warn(warnings, as_json=as_json)
     net = node.net
     emit(
         "up",
-        {**result, "node_ip": net.ip, "interface": net.interface, "warnings": warnings},
+        {
+            **result,
+            "node_ip": net.ip,
+            "interface": net.interface,
+            "model_cache": cache.to_dict(),
+            "warnings": cache_warnings + warnings,
+        },
         as_json=as_json,
         text=f"{result['container']}: {result['state']} ({node.spec.role.label}, {net.ip} on {net.interface})",
     )
@@ -138,6 +154,7 @@ def describe(cluster: Cluster, node: NodePlan) -> dict[str, Any]:
         "backend": config.backend,
         "parallel": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "ep": layout.ep},
         "layout_from": layout.decided_by,
+        "model_cache": cluster.model_cache().to_dict(),
         "image": spec.image,
         "container": spec.name,
         "script": spec.script,

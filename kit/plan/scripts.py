@@ -7,6 +7,8 @@ inside SLURM jobs.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from kit import __version__
 from kit.config import KitConfig
 from kit.plan.paths import API_KEY_PATH
@@ -61,8 +63,10 @@ def node_script(config: KitConfig, role: Role) -> str:
     return render("node_ray_worker.sh.j2", ray_args=ray_worker_args(config), gcs_port=config.ports.ray_gcs, **common)
 
 
-def serve_script(config: KitConfig, role: Role) -> str:
-    """`vllm serve` for this role; the API key is read from its file into VLLM_API_KEY (never argv)."""
+def serve_script(config: KitConfig, role: Role, *, env: Mapping[str, str] | None = None) -> str:
+    """`vllm serve` for this role; the API key is read from its file into VLLM_API_KEY (never argv).
+    `env`: variables the serve process exports (kit's own, e.g. HF_HUB_OFFLINE from
+    kit.cluster.model), over what the container was started with."""
     if config.backend == "ray" and not role.is_head:
         raise ValueError("with the Ray backend only the head runs `vllm serve`")
     headless_dp = config.dp > 1 and config.backend == "mp" and config.nodes > 1 and not role.is_head
@@ -76,4 +80,5 @@ def serve_script(config: KitConfig, role: Role) -> str:
         gcs_port=config.ports.ray_gcs,
         dp_local=config.dp_local if headless_dp else None,
         dp_start_var=DP_START_RANK_VAR,
+        env=dict(sorted((env or {}).items())),
     )

@@ -8,7 +8,7 @@ An interrupted or failed first start stops everything it started, on every node.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kit.config import KitConfig
@@ -32,9 +32,11 @@ def serve_supervised(
     replace: bool = False,
     on_progress: Callable[[str], None] = lambda _: None,
     on_event: Callable[[events.Event], None] | None = None,
+    serve_env: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Start supervised serving on this host's serving nodes and wait for the first `ready`.
-    Without the head on this host only the agents start (the head's coordinator drives them)."""
+    Without the head on this host only the agents start (the head's coordinator drives them).
+    `serve_env`: what the serve scripts export (the offline decision, kit.cluster.model)."""
     from kit.cluster.serving import head_url, serving_nodes
 
     nodes = runtime.find_nodes(config.cluster)
@@ -56,7 +58,7 @@ def serve_supervised(
         stopped = host.stop(runtime, targets, "replaced by kit serve --supervise --replace")
         if stopped["nodes"]:
             on_progress("stopped the previous server and its supervisor")
-    scripts = {n.name: serve_script(config, Role(n.role, n.rank)) for n in targets}
+    scripts = {n.name: serve_script(config, Role(n.role, n.rank), env=serve_env) for n in targets}
     started = time.monotonic()
     run = host.start(config, runtime, targets, scripts, url, on_progress=on_progress)
     if run.head is None:
@@ -137,7 +139,14 @@ def follow_supervised(config: KitConfig, runtime: Runtime, *, on_event: Callable
 
 
 def cli_serve(
-    config: KitConfig, runtime: Runtime, *, replace: bool, detach: bool, as_json: bool, warnings: list[str]
+    config: KitConfig,
+    runtime: Runtime,
+    *,
+    replace: bool,
+    detach: bool,
+    as_json: bool,
+    warnings: list[str],
+    serve_env: Mapping[str, str] | None = None,
 ) -> None:
     """The body of `kit serve --supervise` (the verb parses and resolves, this prints)."""
     from kit.output import emit, progress, warn
@@ -148,7 +157,12 @@ def cli_serve(
             progress(f"  | {line}", as_json=as_json)
 
     result = serve_supervised(
-        config, runtime, replace=replace, on_progress=lambda line: progress(line, as_json=as_json), on_event=show
+        config,
+        runtime,
+        replace=replace,
+        on_progress=lambda line: progress(line, as_json=as_json),
+        on_event=show,
+        serve_env=serve_env,
     )
     warn(warnings, as_json=as_json)
     if not result["ready"]:

@@ -155,20 +155,65 @@ class NetworkFacts:
 
 
 @dataclass(frozen=True)
+class Mismatch:
+    path: str
+    expected: int
+    actual: int
+
+
+@dataclass(frozen=True)
 class HfCacheFacts:
     location: str | None = None  # HF_HOME, else the hub directory
     present: bool = False
     model: str | None = None  # the model asked for; None: the cache does not matter
     fingerprint: str | None = None  # of the model's snapshot; None: not in the cache
+    # Issue 19 (probe 3): the snapshot's commit, its files and their sizes, and its completeness
+    # against kit fetch's manifest (sizes) or the weights index (shards present).
+    revision: str | None = None
+    files: int = 0
+    total_bytes: int | None = None  # None: an older probe
+    sizes: Mapping[str, int] = field(default_factory=dict)
+    manifest: bool = False
+    complete: bool | None = None  # None: an older probe, or no snapshot
+    missing: tuple[str, ...] = ()
+    mismatched: tuple[Mismatch, ...] = ()
 
     @classmethod
     def from_probe(cls, d: Mapping[str, Any]) -> HfCacheFacts:
+        sizes = {str(k): v for k, v in _map(d.get("sizes")).items() if isinstance(v, int)}
+        mismatched = tuple(
+            Mismatch(str(m.get("path")), int(m.get("expected") or 0), int(m.get("actual") or 0))
+            for m in _seq(d.get("mismatched"))
+            if isinstance(m, Mapping)
+        )
+        complete = d.get("complete")
         return cls(
             location=_str(d.get("home") or d.get("hub")),
             present=bool(d.get("present")),
             model=_str(d.get("model")) or None,
             fingerprint=_str(d.get("fingerprint")) or None,
+            revision=_str(d.get("revision")) or None,
+            files=_int(d.get("files")) or 0,
+            total_bytes=_int(d.get("total_bytes")),
+            sizes=sizes,
+            manifest=bool(d.get("manifest")),
+            complete=complete if isinstance(complete, bool) else None,
+            missing=tuple(str(m) for m in _seq(d.get("missing"))),
+            mismatched=mismatched,
         )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The model-files row's per-node fields in `kit verify --json` (`model_files`)."""
+        return {
+            "revision": self.revision,
+            "files": self.files,
+            "total_bytes": self.total_bytes,
+            "complete": self.complete,
+            "sizes_checked": self.manifest,
+            "missing": list(self.missing),
+            "mismatched": [{"path": m.path, "expected": m.expected, "actual": m.actual} for m in self.mismatched],
+            "fingerprint": self.fingerprint,
+        }
 
 
 @dataclass(frozen=True)

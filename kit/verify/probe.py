@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-PROBE_VERSION = "2"
+PROBE_VERSION = "3"
 SIOCGIFADDR = 0x8915
 
 
@@ -276,8 +276,80 @@ def container_facts(sys_root: str = "/sys") -> dict[str, Any]:
     }
 
 
-def hf_cache(model: str | None) -> dict[str, Any]:
-    """HF cache location and, for `model`, a fingerprint of its snapshot.
+# kit fetch's manifest beside a snapshot (kit/fetch.py manifest_path, MANIFEST_FORMAT): read here
+# without importing kit. The weights index names the shards when there is no manifest.
+MANIFEST_FORMAT = 1
+INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+MAX_LISTED = 4096  # files listed by size in the probe's output (a checkpoint has far fewer)
+
+
+def _size(path: Path) -> int | None:
+    """A regular file's size through the snapshot's symlink; None when absent or dangling."""
+    try:
+        return path.stat().st_size if path.is_file() else None
+    except OSError:
+        return None
+
+
+def _load_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def expected_files(snapshot: Path, manifest: Any) -> tuple[dict[str, int | None], bool]:
+    """path -> expected size (None: unknown) of what the snapshot must hold, and whether the sizes
+    come from kit's manifest (the Hub's sizes, recorded by `kit fetch`). Without one: the shards
+    the weights index names, and a config."""
+    expected: dict[str, int | None] = {}
+    sized = isinstance(manifest, dict) and manifest.get("kit_manifest") == MANIFEST_FORMAT
+    if sized:
+        for name, meta in (manifest.get("files") or {}).items():
+            size = meta.get("size") if isinstance(meta, dict) else None
+            expected[str(name)] = size if isinstance(size, int) else None
+    index = next((n for n in INDEXES if (snapshot / n).exists()), None)
+    if index is not None:
+        weight_map = (_load_json(snapshot / index) or {}).get("weight_map")
+        for shard in weight_map.values() if isinstance(weight_map, dict) else ():
+            expected.setdefault(str(shard), None)
+    if "config.json" not in expected and "params.json" not in expected:
+        expected["config.json"] = None
+    return expected, sized
+
+
+def snapshot_files(snapshot: Path, manifest: Any) -> dict[str, Any]:
+    """What the snapshot holds against what it must: the files and their total size, and what is
+    missing or of another size than kit's manifest recorded (the check of kit/fetch.py's
+    check_snapshot, without kit)."""
+    expected, sized = expected_files(snapshot, manifest)
+    sizes: dict[str, int] = {}
+    for path in sorted(p for p in snapshot.rglob("*") if not p.is_dir()):
+        rel = str(path.relative_to(snapshot))
+        if rel.startswith(".cache/"):  # a local folder's own bookkeeping (kit's manifest, hf's)
+            continue
+        size = _size(path)
+        if size is not None:
+            sizes[rel] = size
+    missing = sorted(name for name in expected if name not in sizes)
+    mismatched = [
+        {"path": name, "expected": size, "actual": sizes[name]}
+        for name, size in sorted(expected.items())
+        if size is not None and name in sizes and sizes[name] != size
+    ]
+    return {
+        "manifest": sized,
+        "total_bytes": sum(sizes.values()),
+        "sizes": dict(list(sizes.items())[:MAX_LISTED]),
+        "complete": not missing and not mismatched,
+        "missing": missing[:50],
+        "mismatched": mismatched[:50],
+    }
+
+
+def hf_cache(model: str | None, revision: str = "main") -> dict[str, Any]:
+    """HF cache location and, for `model`, its snapshot: the commit refs/REVISION names, a
+    fingerprint, every file's size and the total, and what is missing or short (issue 19).
 
     Blob file names in the hub cache are content hashes, so hashing (path, blob name, size)
     identifies a snapshot without reading gigabytes of weights. `model` may also be a directory
@@ -294,12 +366,14 @@ def hf_cache(model: str | None) -> dict[str, Any]:
     if not model:
         return info
     if model.startswith("/"):
-        revision, snapshot = None, Path(model)
+        sha, snapshot = None, Path(model)
+        manifest_file = snapshot / ".cache" / "kit" / "manifest.json"
     else:
         repo = Path(hub) / ("models--" + model.replace("/", "--"))
-        revision = _read(repo / "refs" / "main")
-        snapshot = repo / "snapshots" / revision if revision else repo / "snapshots" / "-"
-    info.update({"revision": revision, "snapshot": None, "files": 0, "fingerprint": None})
+        sha = _read(repo / "refs" / revision)
+        snapshot = repo / "snapshots" / sha if sha else repo / "snapshots" / "-"
+        manifest_file = repo / "kit" / f"{sha}.json"
+    info.update({"revision": sha, "ref": revision, "snapshot": None, "files": 0, "fingerprint": None})
     if not snapshot.is_dir():
         return info
     digest = hashlib.sha256()
@@ -309,6 +383,7 @@ def hf_cache(model: str | None) -> dict[str, Any]:
         digest.update(f"{path.relative_to(snapshot)}\0{target.name}\0{target.stat().st_size}\n".encode())
         count += 1
     info.update({"snapshot": str(snapshot), "files": count, "fingerprint": digest.hexdigest()[:16]})
+    info.update(snapshot_files(snapshot, _load_json(manifest_file)))
     return info
 
 

@@ -10,6 +10,8 @@ from typing import Any
 from kit.errors import VerifyFailed
 from kit.output import table
 from kit.verify.checks import FAIL, PASS, WARN, Check, overall
+from kit.verify.checks.cluster import model_files
+from kit.verify.facts import nodes_from_probe
 from kit.verify.nccl import TransportSummary
 from kit.verify.policy import version_table
 
@@ -43,6 +45,7 @@ class VerifyResult:
             "versions": version_table(self.nodes) if self.nodes else {},
             "transport": self.transport.to_dict() if self.transport else None,
             "bandwidth": (self.collective or {}).get("results", []),
+            "model_files": model_files(nodes_from_probe(self.nodes)) if self.nodes else None,
             "nodes": self.nodes,
             "collective": collective,
             "ray": self.ray,

@@ -104,7 +104,8 @@ def test_a_ray_without_token_auth_is_refused(ray_version: str, ok: bool, tmp_pat
 
 
 def test_up_and_serve_warn_about_what_is_open(tmp_path: Path) -> None:
-    base = ["--set", f"hf_cache={tmp_path}", "--network", "n"]
+    # model.offline false: no model-cache warning (tests/unit/test_offline.py) among these.
+    base = ["--set", f"hf_cache={tmp_path}", "--network", "n", "--set", "model.offline=false"]
     code, out, err = run_kit(["up", "--head", "--dry-run", "--json", *base])
     assert code == 0, err
     warnings = json.loads(out)["result"]["warnings"]
@@ -117,7 +118,7 @@ def test_up_and_serve_warn_about_what_is_open(tmp_path: Path) -> None:
         ["up", "--worker", "--head-address", "10.0.0.1", "--nodes", "2", "--dry-run", "--json", *base]
     )
     assert [w.split(":")[0] for w in json.loads(out)["result"]["warnings"]] == ["no ray_token_file"]
-    code, out, err = run_kit(["serve", "--dry-run", "--json", "--set", "backend=mp"])
+    code, out, err = run_kit(["serve", "--dry-run", "--json", "--set", "backend=mp", "--set", "model.offline=false"])
     assert [w.split(":")[0] for w in json.loads(out)["result"]["warnings"]] == ["no api_key_file"]
     # Closed: no warning at all.
     key, token = tmp_path / "key", tmp_path / "token"

@@ -233,7 +233,14 @@ def test_slurm_refuses_a_layout_it_can_only_guess(tmp_path: Path, capsys: pytest
         ["slurm", "--nodes", "2", "--gpus-per-node", "4", "--model", QWEN, "--set", f"hf_cache={cache}"], capsys
     )
     assert code == 0, err
-    assert err.strip() == f"kit slurm: layout TP=4 PP=2 DP=1 (decided by: {lay.BY_MODEL})"
+    # Issue 19: the same line says whether the nodes run vLLM offline (here: a config.json in a
+    # snapshot no ref names, which vLLM offline would not find).
+    line, warning = err.strip().splitlines()
+    assert line == (
+        f"kit slurm: layout TP=4 PP=2 DP=1 (decided by: {lay.BY_MODEL}); "
+        "vLLM runs online: the model is not in hf_cache on this host"
+    )
+    assert warning.startswith(f"warning: {QWEN} is not in hf_cache") and f"kit fetch {QWEN}" in warning
     assert "--label=kit.layout-from=auto: model files (kit plan)'" in out  # one quoted word, no comment
 
 

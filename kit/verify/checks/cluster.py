@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from kit.verify.checks import FAIL, PASS, WARN, Check
-from kit.verify.facts import NodeFacts, RayNode
+from kit.verify.facts import HfCacheFacts, NodeFacts, RayNode
 
 if TYPE_CHECKING:
     from kit.plan.exposure import Exposure
@@ -115,35 +115,108 @@ def check_versions(nodes: Mapping[str, NodeFacts]) -> list[Check]:
     return checks
 
 
+def _gb(n: int | None) -> str:
+    return "?" if n is None else f"{n / 1e9:.2f} GB" if n >= 10**8 else f"{n} bytes"
+
+
+def _rev(rev: str | None) -> str:
+    return rev[:12] if rev else "no ref"
+
+
+def _holds(name: str, f: HfCacheFacts) -> str:
+    """What one node holds: `head: revision abc123456789, 12 files, 1.23 GB`."""
+    return f"{name}: revision {_rev(f.revision)}, {f.files} files, {_gb(f.total_bytes)}"
+
+
+def _incomplete(name: str, f: HfCacheFacts) -> str | None:
+    """`worker-1: model-00002.safetensors is 1000 of 5000 bytes` (the first problem), or None."""
+    if f.mismatched:
+        m = f.mismatched[0]
+        more = f" (and {len(f.mismatched) - 1} more)" if len(f.mismatched) > 1 else ""
+        return f"{name}: {m.path} is {m.actual} of {m.expected} bytes{more}"
+    if f.missing:
+        more = f" (and {len(f.missing) - 1} more)" if len(f.missing) > 1 else ""
+        return f"{name}: {f.missing[0]} is missing{more}"
+    return None
+
+
+def _size_differences(nodes: Mapping[str, HfCacheFacts], limit: int = 3) -> list[str]:
+    """`worker-1: model.safetensors 1000 bytes, head 5000` for files whose size differs."""
+    ref_name, ref = next(iter(nodes.items()))
+    out = []
+    for name, facts in list(nodes.items())[1:]:
+        for path in sorted(set(ref.sizes) | set(facts.sizes)):
+            mine, theirs = facts.sizes.get(path), ref.sizes.get(path)
+            if mine != theirs:
+                have = "absent" if mine is None else f"{mine} bytes"
+                out.append(f"{name}: {path} {have}, {ref_name} {'absent' if theirs is None else theirs}")
+    return out[:limit] + ([f"and {len(out) - limit} more"] if len(out) > limit else [])
+
+
 def check_hf_snapshots(nodes: Mapping[str, NodeFacts]) -> Check | None:
-    """The model asked for is the same snapshot on every node (None: no model asked for)."""
+    """The model's files on every node (issue 19): present, complete (kit fetch's manifest sizes
+    or the weights index), the same revision and the same sizes everywhere. None: no model asked
+    for."""
     model = next((f.hf_cache.model for f in nodes.values() if f.hf_cache.model), None)
     if model is None:
         return None
-    prints = {n: f.hf_cache.fingerprint for n, f in nodes.items()}
-    missing = [n for n, p in prints.items() if not p]
-    if missing and len(missing) == len(prints):
+    caches = {n: f.hf_cache for n, f in nodes.items()}
+    fetch = f"kit fetch {model}" if not model.startswith("/") else "copy the same folder to every node"
+    missing = [n for n, c in caches.items() if not c.fingerprint]
+    if missing and len(missing) == len(caches):
         return Check(
             "cluster.hf_snapshot",
             WARN,
             f"{model} is in the HF cache of no node: every node downloads it at start",
-            "download it once into the shared HF cache (huggingface-cli download)",
+            f"download it once into the shared HF cache: {fetch}",
         )
     if missing:
         return Check(
             "cluster.hf_snapshot",
             FAIL,
-            f"{model} not in the HF cache on {', '.join(missing)}",
-            "mount the same HF cache on every node",
+            f"{model} not in the HF cache on {', '.join(missing)}; "
+            + "; ".join(_holds(n, c) for n, c in caches.items() if c.fingerprint),
+            f"mount the same HF cache on every node, or {fetch} where it is missing",
         )
-    if len(set(prints.values())) > 1:
+    broken = [(n, line) for n, c in caches.items() if c.complete is False and (line := _incomplete(n, c))]
+    if broken:
         return Check(
             "cluster.hf_snapshot",
             FAIL,
-            f"{model} snapshots differ across nodes",
-            "mount one shared HF cache, or download the same revision everywhere",
+            f"{model} incomplete on {', '.join(n for n, _ in broken)}: " + "; ".join(line for _, line in broken),
+            f"{fetch} again on a host that mounts that node's HF cache (it resumes and checks sizes)",
         )
-    return Check("cluster.hf_snapshot", PASS, f"{model} identical on all nodes")
+    holds = "; ".join(_holds(n, c) for n, c in caches.items())
+    if len({c.revision for c in caches.values()}) > 1:
+        return Check(
+            "cluster.hf_snapshot",
+            FAIL,
+            f"{model} revision differs across nodes: {holds}",
+            f"mount one shared HF cache, or {fetch} the same revision on every node",
+        )
+    if len({c.fingerprint for c in caches.values()}) > 1:
+        diff = _size_differences(caches)
+        return Check(
+            "cluster.hf_snapshot",
+            FAIL,
+            f"{model} files differ across nodes at the same revision: " + ("; ".join(diff) if diff else holds),
+            f"mount one shared HF cache, or {fetch} again where the files differ",
+        )
+    first = next(iter(caches.values()))
+    checked = " (sizes checked against kit fetch's manifest)" if all(c.manifest for c in caches.values()) else ""
+    return Check(
+        "cluster.hf_snapshot",
+        PASS,
+        f"{model} identical on {len(caches)} node(s): revision {_rev(first.revision)}, {first.files} files, "
+        f"{_gb(first.total_bytes)}{checked}",
+    )
+
+
+def model_files(nodes: Mapping[str, NodeFacts]) -> dict[str, dict[str, object]] | None:
+    """`kit verify --json`'s model_files: what each node holds of the model (None: no model)."""
+    if not any(f.hf_cache.model for f in nodes.values()):
+        return None
+    return {n: f.hf_cache.to_dict() for n, f in nodes.items()}
 
 
 def check_exposure(exposures: Sequence[Exposure]) -> list[Check]:
