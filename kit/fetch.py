@@ -34,11 +34,11 @@ from kit.errors import ConfigError, KitError, VerifyFailed
 from kit.safeload import load_json_file, loads_json
 
 MANIFEST_FORMAT = 1
-SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+SHA_RE = re.compile(r"^[0-9a-f]{40}\Z")
 # huggingface_hub's repo id rule: optional namespace, [\w.-] names, no '--' or '..', at most 96 characters.
 _REPO_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9_])?"
 REPO_ID_RE = re.compile(rf"^(?:{_REPO_PART}/)?{_REPO_PART}$")
-REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,254}$")
+REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,254}\Z")
 
 # Files of a repo's root that vLLM (config, tokenizer, processor, generation defaults, remote code)
 # reads besides the weights. Exact names, then patterns; everything else is left on the Hub.

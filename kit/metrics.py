@@ -40,8 +40,8 @@ _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 _SAMPLE_RE = re.compile(rf"^(?P<name>{_NAME})[ \t]*(?:\{{(?P<labels>.*)\}})?[ \t]+(?P<rest>\S.*)$")
 _LABEL_NAME_RE = re.compile(r"[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*\"")
 # Go's strconv.ParseFloat as Prometheus writes values: decimal/exponent numbers, NaN, ±Inf.
-_VALUE_RE = re.compile(r"^[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|(?i:inf|infinity|nan))$")
-_TIMESTAMP_RE = re.compile(r"^-?\d+$")
+_VALUE_RE = re.compile(r"^[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|(?i:inf|infinity|nan))\Z")
+_TIMESTAMP_RE = re.compile(r"^-?\d+\Z")
 _ESCAPES = {"\\": "\\", '"': '"', "n": "\n"}
 
 

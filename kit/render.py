@@ -20,7 +20,7 @@ from kit.errors import ConfigError
 if TYPE_CHECKING:
     import jinja2
 
-_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+\Z")
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
 
 
@@ -29,7 +29,7 @@ def toml_string(value: str) -> str:
 
 
 def toml_key(key: str) -> str:
-    return key if _BARE_KEY.match(key) else toml_string(key)
+    return key if _BARE_KEY.fullmatch(key) else toml_string(key)  # fullmatch: `$` also matches before a final newline
 
 
 def toml_value(value: Any) -> str:

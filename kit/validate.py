@@ -182,7 +182,7 @@ def mount(value: str) -> tuple[str, str, str | None]:
 
 # --- config values (kit.config's coerce) --------------------------------------------------
 
-_SIZE_RE = re.compile(r"^\d+(\.\d+)?[kmgt]?b?$", re.IGNORECASE)
+_SIZE_RE = re.compile(r"^\d+(\.\d+)?[kmgt]?b?\Z", re.IGNORECASE)
 _KIND_WORDS = {
     "str": "a string",
     "int": "an integer",

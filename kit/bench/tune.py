@@ -19,7 +19,7 @@ from typing import Any
 from kit.errors import ConfigError
 from kit.plan.layout import ModelFacts
 
-LAYOUT_RE = re.compile(r"^tp(\d+)(?:[-_]?pp(\d+))?(?:[-_]?dp(\d+))?([-_]?ep)?$")
+LAYOUT_RE = re.compile(r"^tp(\d+)(?:[-_]?pp(\d+))?(?:[-_]?dp(\d+))?([-_]?ep)?\Z")
 
 
 @dataclass(frozen=True, order=True)

@@ -16,7 +16,7 @@ IMAGE_RE = re.compile(
     r"|[a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)+:[0-9]+))/)?"
     rf"(?P<path>{_COMPONENT}(?:/{_COMPONENT})*)"
     r"(?::(?P<tag>[\w][\w.-]{0,127}))?"
-    r"(?:@(?P<digest>sha256:[a-f0-9]{64}))?$"
+    r"(?:@(?P<digest>sha256:[a-f0-9]{64}))?\Z"
 )
 
 

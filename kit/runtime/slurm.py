@@ -19,7 +19,7 @@ from kit.errors import CommandError, RuntimeUnavailable, UsageError
 from kit.plan.scripts import READY_MARK
 from kit.plan.slurm import JOB_LABEL, SERVER_READY_MARK, SERVER_TIMEOUT_MARK
 
-JOB_RE = re.compile(r"^\d+(?:_\d+)?$")
+JOB_RE = re.compile(r"^\d+(?:_\d+)?\Z")
 SQUEUE_FORMAT = "%i|%T|%M|%L|%D|%R|%j|%P"
 SQUEUE_FIELDS = ("job_id", "state", "elapsed", "time_left", "nodes", "nodelist_or_reason", "name", "partition")
 _MARKS = (READY_MARK, SERVER_READY_MARK, SERVER_TIMEOUT_MARK, "kit: error:")

@@ -28,8 +28,8 @@ MAX_BODY = 64 * 1024
 MAX_LINES = 40
 MAX_LINE = 400
 MAX_ENGINES = 512
-NODE_RE = re.compile(r"^(head|worker-[0-9]{1,5})$")
-_INSTANCE_RE = re.compile(r"^[A-Za-z0-9._:-]{1,80}$")
+NODE_RE = re.compile(r"^(head|worker-[0-9]{1,5})\Z")
+_INSTANCE_RE = re.compile(r"^[A-Za-z0-9._:-]{1,80}\Z")
 ACTIONS = ("run", "stop", "exit")
 
 
