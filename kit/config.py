@@ -19,6 +19,7 @@ import yaml
 
 from kit import safeload, validate
 from kit.errors import ConfigError
+from kit.plan.vllm_versions import ALL2ALL_BACKENDS, DP_LB_MODES, Target, target_version
 
 if TYPE_CHECKING:
     from kit.plan.layout import Layout
@@ -42,6 +43,8 @@ class Spec:
 NAME_PATTERN = (r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}", "letters, digits, '.', '_' or '-' (at most 63)")
 # A Linux interface name (IFNAMSIZ 16: at most 15 characters, no '/', ':' or blanks), or auto.
 INTERFACE_PATTERN = (r"auto|[A-Za-z0-9_.@][A-Za-z0-9_.@-]{0,14}", "an interface name like eth0 or ib0, or auto")
+# vllm_version: a release kit.plan.vllm_versions renders for, or auto.
+VERSION_PATTERN = (r"auto|v?[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}", "auto or a vLLM release like 0.33.0")
 
 
 def _port(default: int, help: str) -> Spec:
@@ -58,7 +61,10 @@ SCHEMA: dict[str, Spec] = {
         ("docker", "apptainer", "pyxis", "edf", "enroot"),
     ),
     "image": Spec(
-        "str", "vllm/vllm-openai:v0.11.0", "Docker image reference, or a SIF path for apptainer", text="path"
+        "str", "vllm/vllm-openai:v0.33.0", "Docker image reference, or a SIF path for apptainer", text="path"
+    ),
+    "vllm_version": Spec(
+        "str", "auto", "the image's vLLM release X.Y.Z, or auto (kit's record, the tag)", pattern=VERSION_PATTERN
     ),
     "backend": Spec("choice", "ray", "multi-node backend: Ray, or vLLM's own (mp)", ("ray", "mp")),
     "accelerator": Spec("choice", "gpu", "gpu, or cpu (vLLM's CPU build; demo and tests)", ("gpu", "cpu")),
@@ -125,6 +131,9 @@ SCHEMA: dict[str, Spec] = {
     ),
     "model.ep": Spec("bool", False, "expert parallelism for MoE layers (--enable-expert-parallel), over TP×DP GPUs"),
     # vLLM reads --max-model-len -1 as auto: the longest context that fits (human_readable_int_or_auto).
+    "model.all2all": Spec("choice", "auto", "EP all-to-all backend, or auto (vLLM's)", ("auto", *ALL2ALL_BACKENDS)),
+    "model.api_servers": Spec("int_auto", "auto", "--api-server-count, or auto (vLLM's)", low=1, high=1024),
+    "model.dp_lb": Spec("choice", "internal", "DP load balancing: internal (head) or hybrid (per node)", DP_LB_MODES),
     "model.max_model_len": Spec(
         "int",
         None,
@@ -249,6 +258,9 @@ class Model:
     pp: int | str
     dp: int | str
     ep: bool
+    all2all: str
+    api_servers: int | str
+    dp_lb: str
     max_model_len: int | None
     gpu_memory: str | None
     extra_args: tuple[str, ...]
@@ -312,6 +324,7 @@ class KitConfig:
     cluster: str
     runtime: str
     image: str
+    vllm_version: str
     backend: str
     accelerator: str
     nodes: int
@@ -343,6 +356,8 @@ class KitConfig:
     # How model.tp/pp/dp were decided, set by kit.cluster.resolve when it applies the layout
     # planner with the model's facts (None: this config alone decides, see `layout`).
     layout_from: str | None = None
+    # Where kit.cluster.resolve learnt `vllm_version` when the config said auto (kit's image record).
+    vllm_version_from: str | None = None
 
     @property
     def tp(self) -> int:
@@ -375,6 +390,11 @@ class KitConfig:
 
         layout = plan_layout(self, None)
         return dataclasses.replace(layout, decided_by=self.layout_from) if self.layout_from else layout
+
+    @property
+    def vllm(self) -> Target:
+        """The vLLM release kit renders and checks for (kit.plan.vllm_versions)."""
+        return target_version(self.vllm_version, self.image, self.vllm_version_from)
 
     @property
     def served_name(self) -> str:

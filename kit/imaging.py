@@ -6,10 +6,13 @@ compare nodes with). Shared by `kit pull`, `kit build` and `kit demo`; no click 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 import click
 
+from kit.errors import KitError
 from kit.output import is_tty, progress
+from kit.plan.vllm_versions import recorded_version
 from kit.runtime.base import BuildPlan, BuildResult, ImageStore, Progress, PullPlan, PullResult
 from kit.state import record_image
 
@@ -59,8 +62,19 @@ def pull_image(store: ImageStore, plan: PullPlan, *, as_json: bool) -> PullResul
     finally:
         printer.finish()
     if result.digest:  # enroot < 4 resolves none: nothing to compare nodes with, nothing recorded
-        record_image(result.ref, result.digest, **result.record_fields())
+        record_image(result.ref, result.digest, **result.record_fields(), **_version_fields(store, result.ref, {}))
     return result
+
+
+def _version_fields(store: ImageStore, ref: str, buildargs: Mapping[str, str]) -> dict[str, str]:
+    """The vLLM release of the image for kit's record (kit.plan.vllm_versions: its label, the
+    build argument that chose it, or its tag), so `kit up`/`kit serve` render for it."""
+    try:
+        info = store.image_info(ref)
+    except KitError:
+        info = None  # the tag (or the build argument) still says
+    found = recorded_version(ref, dict(info.labels) if info is not None else {}, buildargs)
+    return {"vllm_version": found[0], "vllm_version_from": found[1]} if found else {}
 
 
 def build_image(store: ImageStore, plan: BuildPlan, *, as_json: bool, verbose: bool = False) -> BuildResult:
@@ -69,8 +83,9 @@ def build_image(store: ImageStore, plan: BuildPlan, *, as_json: bool, verbose: b
     printer = _Printer(as_json=as_json, verbose=verbose, layer_prefix="  ", summary_on_tty=False)
     result = store.build(plan, on_progress=printer)
     if result.digest:
+        version = _version_fields(store, result.image, result.buildargs)
         if result.file is not None:
-            record_image(result.image, result.digest, source=result.file.source, runtime=result.runtime)
+            record_image(result.image, result.digest, source=result.file.source, runtime=result.runtime, **version)
         else:
             record_image(
                 result.image,
@@ -78,5 +93,6 @@ def build_image(store: ImageStore, plan: BuildPlan, *, as_json: bool, verbose: b
                 image_id=result.digest,
                 runtime=result.runtime,
                 built_from=f"containers/{result.name}",
+                **version,
             )
     return result

@@ -19,8 +19,9 @@ from typing import Any
 
 from kit import validate
 from kit.config import SCHEMA, KitConfig, Resolved, build, coerce, load_config
-from kit.errors import ConfigError
+from kit.errors import ConfigError, KitError
 from kit.plan.layout import Layout, ModelFacts, plan_layout
+from kit.plan.vllm_versions import parse_version
 
 Overrides = Mapping[str, tuple[Any, str]]  # dotted key -> (value, where it came from)
 
@@ -58,9 +59,33 @@ def resolve(
     cwd: Path | None = None,
 ) -> Resolution:
     """Load the config (layers: defaults < file < KIT_* < overrides), then apply the layout."""
-    resolved = absolutize(load_config(config_path, environ=environ, overrides=overrides, cwd=cwd))
+    resolved = recorded_version(absolutize(load_config(config_path, environ=environ, overrides=overrides, cwd=cwd)))
     model = read_model_facts(resolved.config)
     return apply_layout(resolved, model)
+
+
+def recorded_version(resolved: Resolved) -> Resolved:
+    """`vllm_version: auto` and kit pulled or built the image here: the release it recorded then
+    (kit.state; the image's label, build argument or tag: kit.plan.vllm_versions), so an image
+    tagged `latest` or `test` still renders for its own release. Otherwise the image tag decides
+    (KitConfig.vllm)."""
+    config = resolved.config
+    if config.vllm_version != "auto":
+        return resolved
+    from kit.state import recorded_image
+
+    try:
+        record = recorded_image(config.image) or {}
+    except KitError:
+        return resolved  # an unreadable record: the tag (or kit's default, said in the dry run) decides
+    version = record.get("vllm_version")
+    if not isinstance(version, str) or parse_version(version) is None:
+        return resolved
+    how = f"kit's image record ({record.get('vllm_version_from') or 'kit pull/build'})"
+    values, sources = dict(resolved.values), dict(resolved.sources)
+    values["vllm_version"], sources["vllm_version"] = version, how
+    applied = config.replace(vllm_version=version, vllm_version_from=how)
+    return Resolved(applied, values, sources, resolved.path)
 
 
 def apply_layout(resolved: Resolved, model: ModelFacts | None) -> Resolution:
@@ -88,7 +113,8 @@ def relayout(base: Resolution, overrides: Overrides) -> Resolution:
     values, sources = dict(base.resolved.values), dict(base.resolved.sources)
     for key, (value, source) in overrides.items():
         values[key], sources[key] = coerce(key, value, source), source
-    unresolved = Resolved(build(values), values, sources, base.resolved.path)
+    built = build(values).replace(vllm_version_from=base.config.vllm_version_from)
+    unresolved = Resolved(built, values, sources, base.resolved.path)
     return apply_layout(absolutize(unresolved), base.model)
 
 

@@ -14,6 +14,7 @@ from kit.commands._params import KitCommand
 from kit.output import emit, progress, warn
 from kit.plan.exposure import exposures
 from kit.plan.layout import Layout
+from kit.plan.vllm_versions import unknown_warning
 from kit.render import shell_quote
 
 FLAG_KEYS = {
@@ -95,6 +96,8 @@ def command(
     warnings = [e.warning() for e in exposures(config, ray=False)]  # the API without a key
     guessed = guessed_warning(cluster.layout)
     warnings += [guessed] if guessed else []
+    unknown = unknown_warning(config.vllm)
+    warnings += [unknown] if unknown else []
     # A model not complete in hf_cache: said before anything starts (issue 19), with the fix.
     cache = cluster.model_cache()
     cache_warnings = [cache.warning] if cache.warning else []

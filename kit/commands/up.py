@@ -20,6 +20,8 @@ from kit.plan.container_args import (
     to_docker_kwargs,
 )
 from kit.plan.exposure import exposures
+from kit.plan.vllm import serves_api
+from kit.plan.vllm_versions import unknown_warning
 from kit.render import shell_quote, shell_words
 from kit.runtime import check_local
 
@@ -99,7 +101,8 @@ def command(
     # What the node leaves open (no API key, no Ray token), and a layout this host could only
     # guess: one stderr line each once the plan is valid (a dry run) or the node is up, and a
     # `warnings` field in --json output.
-    warnings = [e.warning() for e in exposures(cluster.config, api=role.is_head)] + _guessed(cluster)
+    warnings = [e.warning() for e in exposures(cluster.config, api=serves_api(cluster.config, role))]
+    warnings += _guessed(cluster) + _version(cluster)
     # A model not complete in hf_cache: said before anything starts (issue 19), with the fix.
     cache = cluster.model_cache()
     cache_warnings = [cache.warning] if cache.warning else []
@@ -140,6 +143,11 @@ def _guessed(cluster: Cluster) -> list[str]:
     return [line] if line else []
 
 
+def _version(cluster: Cluster) -> list[str]:
+    line = unknown_warning(cluster.config.vllm)
+    return [line] if line else []
+
+
 def describe(cluster: Cluster, node: NodePlan) -> dict[str, Any]:
     """The node's plan as --dry-run shows it (--json: this document; text: dry_run_text)."""
     config, spec, net, layout = cluster.config, node.spec, node.net, cluster.layout
@@ -156,6 +164,7 @@ def describe(cluster: Cluster, node: NodePlan) -> dict[str, Any]:
         "layout_from": layout.decided_by,
         "model_cache": cluster.model_cache().to_dict(),
         "image": spec.image,
+        "vllm": {"version": str(config.vllm), "from": config.vllm.source},
         "container": spec.name,
         "script": spec.script,
     }

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 from kit.config import SECRET_ENV_NAMES, KitConfig
 from kit.errors import ConfigError, ImageRefError
+from kit.plan import vllm_versions as versions
 from kit.plan.layout import ModelFacts
 
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
@@ -233,9 +234,34 @@ def check_env(config: KitConfig, sources: Mapping[str, str]) -> None:
             )
 
 
+def check_vllm_options(config: KitConfig, sources: Mapping[str, str]) -> None:
+    """The multi-node options the target vLLM release has (kit.plan.vllm_versions): a choice it
+    removed or does not have yet is refused here, not found minutes into start-up (issue 19)."""
+    target = config.vllm
+    m = config.model
+    where = f"vLLM {target} from {target.source}"
+    if m.all2all != "auto" and (problem := versions.all2all_problem(m.all2all, target.version)):
+        message, fix = problem
+        raise ConfigError(f"{message} ({where})", key="model.all2all", source=_src(sources, "model.all2all"), hint=fix)
+    if m.dp_lb != "internal":
+        if (problem := versions.dp_lb_problem(m.dp_lb, target.version)) is not None:
+            message, fix = problem
+            raise ConfigError(f"{message} ({where})", key="model.dp_lb", source=_src(sources, "model.dp_lb"), hint=fix)
+        if config.backend != "mp" or config.dp < 2 or config.nodes < 2:
+            raise ConfigError(
+                f"{m.dp_lb} DP load balancing gives every node its own API server over its DP ranks: it needs "
+                f"backend mp, model.dp > 1 and nodes > 1 (got backend {config.backend}, dp {config.dp}, "
+                f"nodes {config.nodes})",
+                key="model.dp_lb",
+                source=_src(sources, "model.dp_lb"),
+                hint="use model.dp_lb: internal (one endpoint on the head)",
+            )
+
+
 def check_config(config: KitConfig, sources: Mapping[str, str], *, model: ModelFacts | None = None) -> None:
     """Every host-independent check, in the order a user would want to hear about them."""
     check_image(config, sources)
     check_topology(config, sources, model=model)
+    check_vllm_options(config, sources)
     check_ports(config, sources)
     check_env(config, sources)

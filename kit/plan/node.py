@@ -8,10 +8,12 @@ from dataclasses import dataclass
 from kit import __version__, labels
 from kit.config import KitConfig
 from kit.labels import LayoutLabels
+from kit.plan import vllm_versions as versions
 from kit.plan.network import NodeNet
 from kit.plan.paths import API_KEY_PATH, COMPILE_CACHE, HF_HOME, HF_TOKEN_PATH, RAY_TOKEN_PATH, VLLM_CONFIG_ROOT
 from kit.plan.roles import Role
 from kit.plan.scripts import node_script, ray_token_enabled
+from kit.plan.vllm import device_ids_selected, serves_api
 
 
 @dataclass(frozen=True)
@@ -97,8 +99,11 @@ def node_env(config: KitConfig, role: Role, net: NodeNet) -> dict[str, str]:
         # argv or `docker inspect`. The node script refuses to start a Ray without it.
         env["RAY_AUTH_MODE"] = "token"
         env["RAY_AUTH_TOKEN_PATH"] = RAY_TOKEN_PATH
-    if config.gpus != "all" and config.accelerator == "gpu":
+    if config.gpus != "all" and config.accelerator == "gpu" and not device_ids_selected(config):
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(config.gpus_per_node))
+    if config.model.all2all != "auto" and not versions.all2all_by_flag(config.vllm.version):
+        # vLLM < 0.11.1 reads the backend from the environment only (kit.plan.vllm_versions).
+        env[versions.ALL2ALL_ENV] = config.model.all2all
     env.update(config.env)
     return env
 
@@ -142,14 +147,14 @@ def compile_cache_env(config: KitConfig, rank: str) -> dict[str, str]:
 
 def node_mounts(config: KitConfig, role: Role) -> tuple[Mount, ...]:
     """The HF cache, the compile caches, the secret files (read-only) and the extra mounts. The API
-    key only where the API server runs (the head): workers never answer API requests (issue 16,
-    closed by default)."""
+    key only where an API server runs (the head; every node with hybrid DP load balancing): other
+    nodes never answer API requests (issue 16, closed by default)."""
     mounts = [Mount(config.hf_cache, HF_HOME)]
     if config.compile_cache.dir:
         mounts.append(Mount(config.compile_cache.dir, COMPILE_CACHE))
     if config.hf_token_file:
         mounts.append(Mount(config.hf_token_file, HF_TOKEN_PATH, read_only=True))
-    if config.api_key_file and role.is_head:
+    if config.api_key_file and serves_api(config, role):
         mounts.append(Mount(config.api_key_file, API_KEY_PATH, read_only=True))
     if ray_token_enabled(config) and config.ray_token_file:
         mounts.append(Mount(config.ray_token_file, RAY_TOKEN_PATH, read_only=True))

@@ -14,7 +14,7 @@ from kit.config import KitConfig
 from kit.plan.paths import API_KEY_PATH
 from kit.plan.ray import ray_head_args, ray_resource, ray_worker_args
 from kit.plan.roles import Role
-from kit.plan.vllm import DP_START_RANK_VAR, vllm_serve_argv
+from kit.plan.vllm import DP_START_RANK_VAR, serves_api, vllm_serve_argv
 from kit.render import render
 
 # Per-node network variables vLLM must not copy from the head to Ray workers (FIELD_NOTES §1 row 11).
@@ -75,7 +75,7 @@ def serve_script(config: KitConfig, role: Role, *, env: Mapping[str, str] | None
         version=__version__,
         role=role.kind,
         argv=vllm_serve_argv(config, role),
-        api_key_path=API_KEY_PATH if (config.api_key_file and role.is_head) else None,
+        api_key_path=API_KEY_PATH if (config.api_key_file and serves_api(config, role)) else None,
         ray_address=config.backend == "ray",
         gcs_port=config.ports.ray_gcs,
         dp_local=config.dp_local if headless_dp else None,

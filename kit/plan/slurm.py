@@ -27,6 +27,7 @@ from kit.plan.network import NodeNet
 from kit.plan.node import ContainerSpec, Mount, compile_cache_env, plan_node
 from kit.plan.roles import HEAD, Role
 from kit.plan.scripts import READY_MARK, node_script, ray_token_enabled, serve_script
+from kit.plan.vllm import serves_api
 from kit.render import Arg, EnvRef, Word, render, shell_quote
 
 
@@ -272,7 +273,7 @@ def check_slurm_config(config: KitConfig, sources: Mapping[str, str]) -> None:
 
 def secret_files(config: KitConfig, role: Role) -> list[str]:
     """The secret files a node of this role mounts (the launcher checks each is readable there)."""
-    files = [config.hf_token_file, config.api_key_file if role.is_head else None]
+    files = [config.hf_token_file, config.api_key_file if serves_api(config, role) else None]
     if ray_token_enabled(config):
         files.append(config.ray_token_file)
     return [path for path in files if path]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kit.config import KitConfig
+from kit.plan import vllm_versions as versions
 from kit.plan.roles import Role
 from kit.render import Arg, EnvRef, option, positional
 
@@ -22,14 +23,17 @@ def vllm_serve_argv(config: KitConfig, role: Role) -> list[Arg]:
     kit's clients, health checks and tunnels all use that IP; `--host=0.0.0.0` in
     model.extra_args (argparse keeps the last one) opens it again."""
     m = config.model
+    version = config.vllm.version
     argv: list[Arg] = ["vllm", "serve", positional(m.id, key="model.id")]
-    if role.is_head:
+    if serves_api(config, role):
         argv += [
             option("--served-model-name", config.served_name),
             option("--host", EnvRef("VLLM_HOST_IP")),
             "--port",
             str(config.ports.api),
         ]
+        if m.api_servers != "auto":
+            argv += ["--api-server-count", str(m.api_servers)]
     argv += ["--tensor-parallel-size", str(config.tp), "--pipeline-parallel-size", str(config.pp)]
     if m.max_model_len is not None:
         argv += ["--max-model-len", str(m.max_model_len)]
@@ -51,8 +55,32 @@ def vllm_serve_argv(config: KitConfig, role: Role) -> list[Arg]:
             argv.append("--headless")
     if m.ep:
         argv.append("--enable-expert-parallel")
+    if m.all2all != "auto" and versions.all2all_by_flag(version):
+        argv.append(option("--all2all-backend", m.all2all))  # older releases: node_env's variable
+    if device_ids_selected(config):
+        argv.append(option("--device-ids", ",".join(str(i) for i in range(config.gpus_per_node))))
     argv += list(m.extra_args)
     return argv
+
+
+def hybrid_lb(config: KitConfig) -> bool:
+    """Hybrid DP load balancing (model.dp_lb): every node runs an API server over its local ranks."""
+    return config.model.dp_lb == "hybrid" and config.backend == "mp" and config.dp > 1 and config.nodes > 1
+
+
+def serves_api(config: KitConfig, role: Role) -> bool:
+    """The head; with hybrid DP load balancing every node (each one then needs the API key)."""
+    return role.is_head or hybrid_lb(config)
+
+
+def device_ids_selected(config: KitConfig) -> bool:
+    """The node's selected GPUs go to vLLM as --device-ids (vLLM >= 0.24.0, mp backend) instead of
+    CUDA_VISIBLE_DEVICES (kit.plan.node): the container sees only them, numbered from 0."""
+    return (
+        config.accelerator == "gpu"
+        and config.gpus != "all"
+        and versions.uses_device_ids(config.vllm.version, config.backend)
+    )
 
 
 def data_parallel_args(config: KitConfig, role: Role) -> list[Arg]:
@@ -71,6 +99,11 @@ def data_parallel_args(config: KitConfig, role: Role) -> list[Arg]:
         "--data-parallel-rpc-port",
         str(config.ports.dp_rpc),
     ]
-    if not role.is_head:
+    if hybrid_lb(config):
+        # Each node balances over its own ranks behind its own API server (no --headless).
+        args.append("--data-parallel-hybrid-lb")
+        if not role.is_head:
+            args += ["--data-parallel-start-rank", EnvRef(DP_START_RANK_VAR)]
+    elif not role.is_head:
         args += ["--headless", "--data-parallel-start-rank", EnvRef(DP_START_RANK_VAR)]
     return args
