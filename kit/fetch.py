@@ -595,11 +595,3 @@ def survey(plan: FetchPlan, layout: Layout, previous: Manifest | None = None) ->
         if size:
             partial[f.path] = min(size, f.size)
     return OnDisk(frozenset(done), partial)
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"

@@ -36,7 +36,8 @@ from urllib.parse import urlsplit
 
 from kit import __version__
 from kit.errors import ConfigError, ExitCode, KitError, ServerError
-from kit.fetch import SHA_RE, FetchPlan, Layout, RemoteFile, RepoListing, human_bytes
+from kit.fetch import SHA_RE, FetchPlan, Layout, RemoteFile, RepoListing
+from kit.output import human_bytes
 
 if TYPE_CHECKING:
     import requests

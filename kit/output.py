@@ -85,3 +85,12 @@ class LiveLine:
 def bar(done: int, total: int, width: int = 24) -> str:
     filled = 0 if total <= 0 else min(width, round(width * done / total))
     return "[" + "#" * filled + "." * (width - filled) + "]"
+
+
+def human_bytes(n: float) -> str:
+    """Decimal units, as download tools print them: 1.5 GB."""
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"

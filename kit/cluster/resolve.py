@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from kit import validate
-from kit.config import SCHEMA, KitConfig, Resolved, build, coerce, load_config
+from kit.config import KitConfig, Resolved, build, coerce, load_config
+from kit.config_schema import SCHEMA
 from kit.errors import ConfigError, KitError
 from kit.plan.layout import Layout, ModelFacts, plan_layout
 from kit.plan.vllm_versions import parse_version

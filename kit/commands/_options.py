@@ -12,7 +12,8 @@ import click
 
 from kit import validate
 from kit.commands._params import Count, Number
-from kit.config import SCHEMA, parse_scalar
+from kit.config import parse_scalar
+from kit.config_schema import SCHEMA
 from kit.errors import ConfigError, UsageError
 from kit.plan.roles import Role
 

@@ -9,7 +9,8 @@ import click
 from kit.cluster.resolve import resolve
 from kit.commands._options import cluster_overrides, config_options, json_option
 from kit.commands._params import KitGroup
-from kit.config import SCHEMA, redacted_value
+from kit.config import redacted_value
+from kit.config_schema import SCHEMA
 from kit.output import emit, table
 
 

@@ -30,7 +30,6 @@ from kit.fetch import (
     check_revision,
     check_snapshot,
     find_snapshot,
-    human_bytes,
     parse_index,
     plan_fetch,
     read_manifest,
@@ -39,7 +38,7 @@ from kit.fetch import (
 )
 from kit.hub import Hub, NoSpace, Progress, endpoint_from_env, write_error
 from kit.model_state import models_file, record_model
-from kit.output import LiveLine, bar, emit, table
+from kit.output import LiveLine, bar, emit, human_bytes, table
 from kit.safeload import read_text
 
 HELP = """Download a model once into the shared HF cache (or --local-dir) and check it is complete.

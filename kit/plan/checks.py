@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from kit.config import SECRET_ENV_NAMES, KitConfig
+from kit.config import KitConfig
+from kit.config_schema import SECRET_ENV_NAMES
 from kit.errors import ConfigError, ImageRefError
 from kit.plan import vllm_versions as versions
 from kit.plan.layout import ModelFacts

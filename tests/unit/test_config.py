@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kit.config import SCHEMA, load_config
+from kit.config import load_config
+from kit.config_schema import SCHEMA
 from kit.errors import ConfigError
 
 
