@@ -422,7 +422,7 @@ class DockerRuntime(ContainerRuntime, ImageStore):
         container = self.find_container(node.name)
         if container is None:
             raise StartError(f"{node.name} does not exist", hint="start it with `kit up`")
-        exec_id = self.api.exec_create(container.id, list(argv), environment=dict(env or {}))["Id"]
+        exec_id = self._exec_create(node, container.id, list(argv), environment=dict(env or {}))
         out, err = self.api.exec_start(exec_id, demux=True)
         code = self.api.exec_inspect(exec_id).get("ExitCode")
         return ExecResult(
@@ -435,8 +435,21 @@ class DockerRuntime(ContainerRuntime, ImageStore):
         container = self.find_container(node.name)
         if container is None:
             raise StartError(f"{node.name} does not exist", hint="start it with `kit up`")
-        exec_id = self.api.exec_create(container.id, list(argv))["Id"]
+        exec_id = self._exec_create(node, container.id, list(argv))
         self.api.exec_start(exec_id, detach=True)
+
+    def _exec_create(self, node: NodeHandle, container_id: str, argv: list[str], **kwargs: Any) -> str:
+        """An exec in a running container; a container that stopped (or is restarting) since it
+        was found is a StartError, not the engine's 409."""
+        docker = _docker()
+        try:
+            return str(self.api.exec_create(container_id, argv, **kwargs)["Id"])
+        except docker.errors.NotFound:
+            raise StartError(f"{node.name} does not exist", hint="start it with `kit up`") from None
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409:  # "is not running" / "is restarting"
+                raise StartError(f"{node.name} is not running", hint="see `kit status` and `kit logs`") from None
+            raise
 
     def run_once(
         self, image: str, argv: Sequence[str], *, volumes: Mapping[str, str], labels: Mapping[str, str]

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from kit.config import KitConfig
-from kit.errors import StartError
+from kit.errors import KitError, StartError
 from kit.plan.roles import Role
 from kit.plan.scripts import serve_script
 from kit.runtime.base import NodeHandle, Runtime
@@ -111,7 +111,11 @@ def follow_supervised(config: KitConfig, runtime: Runtime, *, on_event: Callable
     silent_since: float | None = None
     while True:
         node = head()
-        new = host.read_events(runtime, node, start=seen) if node is not None else []
+        try:
+            new = host.read_events(runtime, node, start=seen) if node is not None else []
+            state = host.read_state(runtime, node) if node is not None else None
+        except KitError:  # the head container is restarting (or gone): judged by the silence below
+            new, state = [], None
         seen += len(new)
         for event in new:
             on_event(event)
@@ -123,7 +127,6 @@ def follow_supervised(config: KitConfig, runtime: Runtime, *, on_event: Callable
                 )
             if event.kind == "stopped":
                 return event
-        state = host.read_state(runtime, node) if node is not None else None
         if state is not None and state["alive"]:
             silent_since = None
         elif state is not None and state.get("phase") in ("given-up", "stopped"):
