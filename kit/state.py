@@ -31,47 +31,51 @@ def images_file() -> Path:
     return state_dir() / "images.json"
 
 
-def _load(path: Path) -> dict[str, Any]:
+def read_records(path: Path, what: str, rewritten_by: str) -> dict[str, Any]:
+    """One of kit's record files ({} when there is none yet); `what` names it in errors."""
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
         raise KitError(
-            f"cannot read kit's image record {path}: {exc}",
-            hint="delete the file (kit pull/build rewrites it) or set KIT_STATE_DIR",
+            f"cannot read kit's {what} record {path}: {exc}",
+            hint=f"delete the file ({rewritten_by} rewrites it) or set KIT_STATE_DIR",
         ) from None
     return data if isinstance(data, dict) else {}
 
 
-def record_image(ref: str, digest: str, **extra: Any) -> dict[str, Any]:
-    """Remember what `ref` resolved to; returns the record written."""
-    path = images_file()
+def write_record(path: Path, key: str, fields: dict[str, Any], what: str, rewritten_by: str) -> dict[str, Any]:
+    """Add (or replace) `key` in a record file, atomically (temp + rename); the record written,
+    stamped with the time and kit's version."""
     record: dict[str, Any] = {
-        "ref": ref,
-        "digest": digest,
-        **extra,
+        **fields,
         "recorded_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "kit_version": __version__,
     }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = _load(path)
-        data[ref] = record
-        fd, tmp = tempfile.mkstemp(prefix=".images.", suffix=".json", dir=path.parent)
+        data = read_records(path, what, rewritten_by)
+        data[key] = record
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".json", dir=path.parent)
         with os.fdopen(fd, "w") as handle:
             json.dump(data, handle, indent=2, sort_keys=True)
             handle.write("\n")
         os.replace(tmp, path)
     except OSError as exc:
         raise KitError(
-            f"cannot write kit's image record {path}: {exc.strerror or exc}",
+            f"cannot write kit's {what} record {path}: {exc.strerror or exc}",
             hint="set KIT_STATE_DIR to a writable folder",
         ) from None
     return record
 
 
+def record_image(ref: str, digest: str, **extra: Any) -> dict[str, Any]:
+    """Remember what `ref` resolved to; returns the record written."""
+    return write_record(images_file(), ref, {"ref": ref, "digest": digest, **extra}, "image", "kit pull/build")
+
+
 def recorded_image(ref: str) -> dict[str, Any] | None:
     """The record of `ref`, or None when kit never pulled or built it here."""
-    record = _load(images_file()).get(ref)
+    record = read_records(images_file(), "image", "kit pull/build").get(ref)
     return record if isinstance(record, dict) else None
