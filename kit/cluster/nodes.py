@@ -10,7 +10,7 @@ from typing import Any
 
 from kit import netinfo
 from kit.config import KitConfig
-from kit.errors import StartError
+from kit.errors import KitError, StartError
 from kit.plan.network import HostFacts, NodeNet
 from kit.plan.node import ContainerSpec
 from kit.plan.scripts import JOINED_MARK, READY_MARK
@@ -58,8 +58,11 @@ def remove_after_interrupt(runtime: Runtime, cluster: str, name: str) -> None:
     """`kit up` was interrupted while starting `name`: remove it, and the cluster's network too
     when no other container of the cluster is left on this host (another node may still use it)."""
     runtime.remove(name)
-    if not [n for n in runtime.find_nodes(cluster) if n.name != name]:
-        runtime.remove_cluster(cluster)
+    try:
+        if not [n for n in runtime.find_nodes(cluster) if n.name != name]:
+            runtime.remove_cluster(cluster)
+    except KitError:
+        pass  # the network is left for `kit down`: the interrupt, not this, is what to report
 
 
 def start_node(

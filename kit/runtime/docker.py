@@ -494,12 +494,22 @@ class DockerRuntime(ContainerRuntime, ImageStore):
                 removed["containers"].append(container.name)
             except docker.errors.NotFound:
                 pass
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:  # 409: its removal is already in progress (kit up's Ctrl-C)
+                    raise
         for network in self.client.networks.list(filters=filters):
-            try:
-                network.remove()
-                removed["networks"].append(network.name)
-            except docker.errors.NotFound:
-                pass
+            for attempt in range(10):
+                try:
+                    network.remove()
+                    removed["networks"].append(network.name)
+                    break
+                except docker.errors.NotFound:
+                    break
+                except docker.errors.APIError as exc:
+                    # "has active endpoints": a container of it is still being removed; it goes in a moment
+                    if exc.status_code not in (403, 409) or attempt == 9:
+                        raise
+                    time.sleep(0.5)
         return removed
 
 
