@@ -325,11 +325,19 @@ class DockerRuntime(ContainerRuntime, ImageStore):
 
     def remove(self, name: str) -> bool:
         docker = _docker()
-        try:
-            self.client.containers.get(name).remove(force=True)
-            return True
-        except docker.errors.NotFound:
-            return False
+        for attempt in range(10):
+            try:
+                self.client.containers.get(name).remove(force=True)
+                return True
+            except docker.errors.NotFound:
+                return False
+            except docker.errors.APIError as exc:
+                # 409: its removal is already in progress, or it is still being created or started
+                # (kit up interrupted mid-start): the engine settles it in a moment.
+                if exc.status_code != 409 or attempt == 9:
+                    raise
+                time.sleep(0.5)
+        return False
 
     def logs(self, name: str, *, tail: int | str = "all") -> str:
         container = self.find_container(name)
