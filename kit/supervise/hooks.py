@@ -125,11 +125,15 @@ def status_extras(
 
     out: dict[str, Any] = {}
     head = next((n for n in nodes if n.role == "head" and n.state == "running"), None)
-    if head is not None and runtime.exec(head, ["test", "-f", SERVE_SCRIPT], timeout=15).returncode == 0:
-        out["server"] = server_status(config, head_url(config, list(nodes)))
-        supervise = supervision_status(runtime, head)
-        if supervise is not None:
-            out["supervise"] = supervise
+    try:
+        served = head is not None and runtime.exec(head, ["test", "-f", SERVE_SCRIPT], timeout=15).returncode == 0
+        if served and head is not None:
+            out["server"] = server_status(config, head_url(config, list(nodes)))
+            supervise = supervision_status(runtime, head)
+            if supervise is not None:
+                out["supervise"] = supervise
+    except KitError as err:  # the head stopped or is restarting while kit looked: say so, show the rest
+        out["server"] = {"url": None, "serving": False, "state": "unknown", "reason": err.message, "engines": []}
     if ray_nodes is not None:
         missing = missing_ray_nodes(config, ray_nodes, nodes)
         if missing:
@@ -146,7 +150,7 @@ def render_status(result: dict[str, Any]) -> list[str]:
             word = "serving" if server["state"] == "serving" else "idle, answering"
             out.append(f"server: {word} at {server['url']} ({len(server['engines'])} engine(s))")
         else:
-            out.append(f"server: NOT SERVING at {server['url']}: {server['reason']}")
+            out.append(f"server: NOT SERVING at {server['url'] or 'the head'}: {server['reason']}")
     sup = result.get("supervise")
     if sup is not None:
         line = (
