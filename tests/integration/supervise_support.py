@@ -5,6 +5,7 @@ record and the processes left in each container. Not a test module."""
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from typing import Any
 
 from kit.bench.dataset import Prompt
 from kit.bench.runner import Runner, Target
+from kit.bench.schedule import LoadPoint
 from kit.supervise import events
 from kit.supervise.plan import RUN_DIR
 
@@ -62,7 +64,8 @@ class Load:
         while not self._stop.is_set():
             prompt = Prompt(({"role": "user", "content": f"load {k}-{i}: tell me a story"},), self.max_tokens, 8)
             started = time.time()
-            record = Runner(Target(self.url, self.model, timeout_s=60)).one(i, prompt)
+            run = Runner(Target(self.url, self.model, timeout_s=60)).run([prompt], LoadPoint(math.inf, 1))
+            record = run.records[0] if run.records else None
             # Whole answers only: the bench client counts a stream cut after its first token a
             # success (it measured TTFT); the usage chunk arrives only with a finished one.
             ok = bool(record and record.success and record.output_tokens == self.max_tokens)
