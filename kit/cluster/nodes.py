@@ -62,7 +62,9 @@ def remove_after_interrupt(runtime: Runtime, cluster: str, name: str) -> None:
         if not [n for n in runtime.find_nodes(cluster) if n.name != name]:
             runtime.remove_cluster(cluster)
     except Exception:
-        pass  # and the interrupt, not a failure to clean up after it, is what to report
+        # The container is gone; the network is left for `kit down`, and the interrupt, not a
+        # failure to clean up after it, is what to report.
+        pass
 
 
 def start_node(
