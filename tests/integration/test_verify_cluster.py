@@ -102,7 +102,10 @@ def test_verify_passes_on_a_good_two_node_cluster(cluster: tuple[dict[str, str],
     # Ray registered each node's own IP; the model snapshot is the same on both nodes.
     assert [(r["ip"], r["vllm_host_ip"]) for r in result["ray"]] == [(f"{prefix}.10",) * 2, (f"{prefix}.11",) * 2]
     assert all(checks[("node.ray_ip", n)]["status"] == "pass" for n in nodes)
-    assert checks[("cluster.hf_snapshot", None)]["reason"] == f"{MODEL} identical on all nodes"
+    # The same snapshot (add_snapshot: one config.json of 679 bytes at 0123abcd) on both nodes.
+    assert checks[("cluster.hf_snapshot", None)]["reason"] == (
+        f"{MODEL} identical on 2 node(s): revision 0123abcd, 1 files, 679 bytes"
+    )
     fingerprints = {result["nodes"][n]["hf_cache"]["fingerprint"] for n in nodes}
     assert len(fingerprints) == 1 and None not in fingerprints
 
