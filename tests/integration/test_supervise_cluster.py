@@ -101,7 +101,10 @@ def cluster(
     finally:
         if follower is not None and follower.poll() is None:
             follower.send_signal(signal.SIGINT)
-            follower.wait(30)
+            try:
+                follower.wait(30)
+            except subprocess.TimeoutExpired:  # never skip `kit down` below
+                follower.kill()
         kit("down")
         moved = Path(hf_cache) / "kit-moved-away"
         if moved.exists():  # the give-up test's model, back where it was
