@@ -11,7 +11,9 @@ from typing import Any
 
 from kit.config import KitConfig
 from kit.errors import ConfigError, StartError
+from kit.plan.replicas import router_mode
 from kit.plan.roles import Role
+from kit.plan.router import router_url
 from kit.plan.scripts import SERVE_LOG, serve_script
 from kit.runtime.base import NodeHandle, Runtime
 
@@ -99,6 +101,8 @@ def head_url(config: KitConfig, nodes: Sequence[NodeHandle]) -> str:
     """The server's URL: the local head container's node IP, else head_address, else loopback."""
     head = next((n for n in nodes if n.role == "head" and n.ip), None)
     host = (head.ip if head else None) or config.head_address or "127.0.0.1"
+    if router_mode(config):  # the endpoint is vLLM's router in front of the replicas (issue 29)
+        return router_url(config, host)
     return f"http://{host}:{config.ports.api}"
 
 

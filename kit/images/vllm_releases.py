@@ -97,9 +97,17 @@ API_SERVERS_DP_DEFAULT_SINCE: Version = (0, 15, 0)
 # server over its local ranks, an external balancer spreads over nodes: PR #21238 ("[DP] Internal
 # Load Balancing Per Node", merged 2025-07, in v0.10.1). external (--data-parallel-external-lb):
 # one server per DP rank behind your own balancer; verified 0.32.0, first release not confirmed.
-# kit starts one `vllm serve` per node, so it offers internal and hybrid only.
+# kit offers internal and hybrid for vLLM's own DP groups, and router (issue 29): every DP replica
+# an independent `vllm serve` (a replica of TP×PP GPUs, on part of a node or across nodes) behind
+# vLLM's router (the vllm-router package), which needs no flag of vLLM's at all.
 DP_LB_SINCE: Mapping[str, Version] = {"internal": (0, 0, 0), "hybrid": (0, 10, 1), "external": _V0_32_0}
-DP_LB_MODES = ("internal", "hybrid")
+DP_LB_MODES = ("internal", "hybrid", "router")
+
+# --enable-fault-tolerance (vLLM >= 0.27.0, FIELD_NOTES §9): DP ranks that survive a failed rank,
+# only with an external load balancer. kit's router replicas are not one DP group (no rank of one
+# knows the others), so a dead replica is restarted alone by kit's supervisor on every release;
+# the flag would only matter for one DP group with EP behind the router, which kit does not start.
+FAULT_TOLERANCE_SINCE: Version = (0, 27, 0)
 
 # GPU selection: PR #45026 ("Stop setting CUDA_VISIBLE_DEVICES internally in vLLM, add device_ids
 # arg", merged 2026-06-20), v0.24.0 "Device selection change". From it kit passes --device-ids to

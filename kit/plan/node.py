@@ -13,7 +13,7 @@ from kit.plan.network import NodeNet
 from kit.plan.paths import API_KEY_PATH, COMPILE_CACHE, HF_HOME, HF_TOKEN_PATH, RAY_TOKEN_PATH, VLLM_CONFIG_ROOT
 from kit.plan.roles import Role
 from kit.plan.scripts import node_script, ray_token_enabled
-from kit.plan.vllm import device_ids_selected, serves_api
+from kit.plan.vllm import REPLICA_HEAD_VAR, device_ids_selected, serves_api
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,7 @@ def node_env(config: KitConfig, role: Role, net: NodeNet) -> dict[str, str]:
         "KIT_NODE_RANK": str(role.rank),
         "KIT_NNODES": str(config.nodes),
         "KIT_HEAD_ADDRESS": net.head_address,
+        **({REPLICA_HEAD_VAR: net.replica_head} if net.replica_head else {}),
         "HF_HOME": HF_HOME,
         "VLLM_CONFIG_ROOT": VLLM_CONFIG_ROOT,
         "RAY_USAGE_STATS_ENABLED": "0",

@@ -11,7 +11,9 @@ from typing import Any
 
 from kit.config import KitConfig
 from kit.plan.paths import API_KEY_PATH
+from kit.plan.replicas import Replica, replicas_on
 from kit.plan.scripts import SERVE_LOG
+from kit.plan.vllm import REPLICA_HEAD_VAR
 
 RUN_DIR = "/tmp/kit/supervise"  # in every supervised node container
 SERVE_SCRIPT = "/tmp/kit/serve.sh"  # as kit.cluster.serving writes it
@@ -61,8 +63,44 @@ def plan_supervise(config: KitConfig) -> dict[str, Any]:
     }
 
 
-def supervise_json(config: KitConfig) -> str:
-    return json.dumps(plan_supervise(config), indent=1, sort_keys=True) + "\n"
+def supervise_json(config: KitConfig, *, node: int | None = None, router_url: str | None = None) -> str:
+    """The settings file; with router replicas (issue 29) that of node `node`'s replica."""
+    doc = plan_supervise(config) if node is None else plan_replica_supervise(config, node, router_url)
+    return json.dumps(doc, indent=1, sort_keys=True) + "\n"
+
+
+def plan_replica_supervise(config: KitConfig, node: int, router_url: str | None) -> dict[str, Any]:
+    """model.dp_lb router (issue 29): each replica is its own supervised group, so a dead one is
+    restarted alone while the others serve. Its coordinator runs on its first node (where its API
+    server is), its agents on its nodes; on a failure the coordinator takes it out of the router
+    at `router_url`, and puts it back once ready."""
+    replica = node_replica(config, node)
+    doc = plan_supervise(config)
+    doc.update(
+        {
+            "replica": replica.index,
+            "port": config.ports.supervisor,
+            "api_port": replica.port,
+            "nodes": [_node_name(rank) for rank in replica.nodes],
+            "engines": ["0"],  # one engine per replica (no DP group)
+            "coordinator_rank": replica.head,
+            "coordinator_address_env": REPLICA_HEAD_VAR if replica.spans_nodes else "VLLM_HOST_IP",
+            "router_url": router_url,
+        }
+    )
+    return doc
+
+
+def node_replica(config: KitConfig, node: int) -> Replica:
+    """The one replica on node `node` (supervised replicas fill whole nodes: kit.plan.checks)."""
+    found = replicas_on(config, node)
+    if len(found) != 1:
+        raise ValueError(f"node {node} holds {len(found)} replicas: supervised replicas need whole nodes")
+    return found[0]
+
+
+def _node_name(rank: int) -> str:
+    return "head" if rank == 0 else f"worker-{rank}"
 
 
 def supervised_text(config: KitConfig) -> str:

@@ -56,6 +56,9 @@ class CoordinatorConfig:
     ray_address: str | None = None  # Ray backend: HOST:GCS_PORT
     ray_nodes: int = 0
     interval_s: float = 1.0
+    # model.dp_lb router (issue 29): this group is one replica behind vLLM's router at this URL,
+    # which the coordinator takes it out of on a failure and puts it back into once ready.
+    router_url: str | None = None
 
 
 def load_config(directory: str, environ: dict[str, str] | None = None) -> CoordinatorConfig:
@@ -85,6 +88,7 @@ def load_config(directory: str, environ: dict[str, str] | None = None) -> Coordi
         settings=settings,
         ray_address=f"{host}:{int(ray['gcs_port'])}" if ray else None,
         ray_nodes=int(ray["nodes"]) if ray else 0,
+        router_url=str(doc["router_url"]) if doc.get("router_url") else None,
     )
 
 
@@ -121,6 +125,7 @@ class Coordinator:
         self.last_verdicts = ""
         self.stall: dict[str, tuple[tuple[float | None, float | None], float]] = {}
         self.bound: tuple[Any, ...] = ()
+        self.routed = False  # model.dp_lb router: this replica is in the router
         self.state = self._load_state()
 
     # ---- state on disk ------------------------------------------------------------------------
@@ -160,6 +165,8 @@ class Coordinator:
             "max_restarts": self.settings.max_restarts,
             "agents": self._agents_view(),
         }
+        if self.config.router_url is not None:
+            doc["router"] = {"url": self.config.router_url, "replica": self.config.api_url, "routed": self.routed}
         tmp = self._path("state.json.tmp")
         tmp.write_text(json.dumps(doc, sort_keys=True))
         tmp.replace(self._path("state.json"))
@@ -181,7 +188,7 @@ class Coordinator:
     def _record(self, events: list[ev.Event]) -> None:
         if not events:
             return
-        with self._path("events.jsonl").open("a") as handle:
+        with self.lock, self._path("events.jsonl").open("a") as handle:
             for event in events:
                 handle.write(event.line() + "\n")
         for event in events:
@@ -237,7 +244,39 @@ class Coordinator:
             )
             events = policy.step(self.state, tick, self.settings)
         self._record(events)
+        for event in events:
+            if event.kind == "detected":
+                self._route("remove", event)
+            elif event.kind == "ready":
+                self._route("add", event)
         self._save()
+
+    def _route(self, action: str, cause: ev.Event) -> None:
+        """Replica-level recovery (issue 29): out of the router at once on a failure (the endpoint
+        keeps answering from the other replicas), back in once ready; in a thread (the router
+        checks a replica's /health before adding it), its outcome an event of its own."""
+        router = self.config.router_url
+        if router is None:
+            return
+
+        def run() -> None:
+            started = self.clock()
+            problem = watch.route(
+                router, action, self.config.api_url, api_key_path=self.config.api_key_path, deadline_s=40.0
+            )
+            kind = "drained" if action == "remove" else "readmitted"
+            took = round(self.clock() - started, 2)
+            if problem is None:
+                where = "out of" if action == "remove" else "back into"
+                reason = f"replica {self.config.api_url} {where} the router at {router}"
+            else:
+                kind, reason = "route-failed", f"cannot {action} replica {self.config.api_url}: {problem}"
+            event = ev.Event(self.wall(), kind, reason, cause.generation, cause.restarts, data={"took_s": took})
+            with self.lock:
+                self.routed = action == "add" and problem is None
+                self._record([event])
+
+        threading.Thread(target=run, daemon=True).start()
 
     def _judge(self) -> list[liveness.Verdict]:
         observation = self.observe()

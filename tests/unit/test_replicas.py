@@ -1,0 +1,204 @@
+"""Replicas behind one endpoint (model.dp_lb router, issue 29), the pure parts: where each replica
+runs (a replica over whole nodes, several on one node), what is refused before anything starts,
+each node's `vllm serve` (golden, shellcheck), the router's container and argv (the key never in
+them), each replica's supervision settings, and the bench's keep-going mode."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from kit.config import KitConfig
+from kit.errors import ConfigError
+from kit.layout import Layout
+from kit.plan.checks import check_config
+from kit.plan.container_args import to_docker_argv, to_docker_kwargs
+from kit.plan.network import HostFacts, plan_node_net
+from kit.plan.node import node_env, node_mounts
+from kit.plan.paths import API_KEY_PATH
+from kit.plan.replicas import plan_replicas
+from kit.plan.roles import HEAD, Role
+from kit.plan.router import plan_router, router_argv, router_url
+from kit.plan.scripts import serve_script
+from kit.plan.supervise import plan_replica_supervise
+from tests.conftest import make_config, shellcheck_bin
+
+SIM = {"network": "kitnet", "network_subnet": "10.77.0.0/24"}
+
+
+def router_config(nodes: int, gpus: int, tp: int, dp: int | str, **overrides: object) -> KitConfig:
+    base: dict[str, object] = {
+        "backend": "mp",
+        "nodes": nodes,
+        "gpus_per_node": gpus,
+        "model.tp": tp,
+        "model.pp": 1,
+        "model.dp": dp,
+        "model.dp_lb": "router",
+        "image": "vllm/vllm-openai:v0.33.0",
+    }
+    base.update(overrides)
+    return make_config(**base)
+
+
+def shellcheck(tmp_path: Path, text: str) -> None:
+    script = tmp_path / "s.sh"
+    script.write_text(text)
+    done = subprocess.run([shellcheck_bin(), "-s", "bash", str(script)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stdout
+
+
+# ---- placement ---------------------------------------------------------------------------------
+
+
+def test_tp2_dp2_over_four_one_gpu_nodes_places_each_replica_over_two_nodes() -> None:
+    config = router_config(4, 1, 2, 2)
+    check_config(config, {})
+    replicas = plan_replicas(config)
+    assert [(r.nodes, r.slot, r.port, r.master_port) for r in replicas] == [
+        ((0, 1), 0, 8100, 29500),
+        ((2, 3), 0, 8100, 29500),
+    ]
+    assert config.layout == Layout(2, 1, 2, decided_by=config.layout.decided_by, router=True)
+    assert config.layout.name == "tp2-dp2-router"
+
+
+def test_two_tp4_replicas_share_an_eight_gpu_node_each_on_its_own_gpus_and_port() -> None:
+    config = router_config(1, 8, 4, 2)
+    check_config(config, {})
+    assert [(r.nodes, r.slot, r.gpus, r.port) for r in plan_replicas(config)] == [
+        ((0,), 0, (0, 1, 2, 3), 8100),
+        ((0,), 1, (4, 5, 6, 7), 8101),
+    ]
+
+
+def test_tp16_dp2_over_four_eight_gpu_nodes() -> None:
+    config = router_config(4, 8, 16, "auto")
+    assert config.dp == 2
+    check_config(config, {})
+    assert [r.nodes for r in plan_replicas(config)] == [(0, 1), (2, 3)]
+
+
+@pytest.mark.parametrize(
+    ("layout", "overrides", "key", "words"),
+    [
+        ((2, 1, 1, 2), {"backend": "ray"}, "backend", "multi-node backend"),
+        ((2, 1, 1, 2), {"model.ep": True}, "model.ep", "one DP group"),
+        ((2, 1, 1, 3), {}, "model.dp", "need"),
+        ((3, 2, 3, 2), {}, "model.tp", "whole nodes"),
+        ((1, 4, 1, 4), {"ports.replica": 8998, "ports.api": 9000}, "ports.replica", "9000"),
+    ],
+)
+def test_what_router_replicas_refuse_names_the_key(
+    layout: tuple[int, int, int, int], overrides: dict[str, object], key: str, words: str
+) -> None:
+    config = router_config(*layout, **overrides)
+    with pytest.raises(ConfigError) as err:
+        check_config(config, {})
+    assert err.value.key == key
+    assert words in str(err.value)
+
+
+def test_internal_dp_still_refuses_a_replica_over_nodes_and_points_at_the_router() -> None:
+    config = router_config(4, 1, 2, 2, **{"model.dp_lb": "internal"})
+    with pytest.raises(ConfigError) as err:
+        check_config(config, {})
+    assert "model.dp_lb: router" in (err.value.hint or "")
+
+
+# ---- each node's serve script --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("stem", "nodes", "gpus", "tp", "roles"),
+    [
+        ("router_tp2_dp2_4x1", 4, 1, 2, [HEAD, Role("worker", 1), Role("worker", 2), Role("worker", 3)]),
+        ("router_tp4_dp2_1x8", 1, 8, 4, [HEAD]),
+        ("router_tp1_dp2_2x1", 2, 1, 1, [HEAD, Role("worker", 1)]),
+    ],
+)
+def test_replica_serve_scripts_golden_and_shellcheck(
+    stem: str, nodes: int, gpus: int, tp: int, roles: list[Role], golden: Callable[[str, str], None], tmp_path: Path
+) -> None:
+    config = router_config(
+        nodes, gpus, tp, nodes * gpus // tp, **({"image": "vllm/vllm-openai:v0.20.0"} if gpus == 8 else {})
+    )
+    for role in roles:
+        text = serve_script(config, role, env={"HF_HUB_OFFLINE": "1"})
+        golden(f"replicas/{stem}_{role.label}.sh", text)
+        shellcheck(tmp_path, text)
+
+
+def test_a_replica_over_nodes_meets_at_its_first_node() -> None:
+    config = router_config(4, 1, 2, 2, **SIM)
+    nets = [plan_node_net(config, {}, Role("head" if r == 0 else "worker", r), HostFacts()) for r in range(4)]
+    assert [n.replica_head for n in nets] == ["10.77.0.10", "10.77.0.10", "10.77.0.12", "10.77.0.12"]
+    env = node_env(config, Role("worker", 3), nets[3])
+    assert env["KIT_REPLICA_HEAD_ADDRESS"] == "10.77.0.12"
+    text = serve_script(config, Role("worker", 3))
+    assert "--node-rank 1" in text and "--headless" in text and '--master-addr="${KIT_REPLICA_HEAD_ADDRESS}"' in text
+
+
+def test_host_networking_needs_replica_head_for_a_replica_not_on_the_head() -> None:
+    config = router_config(4, 1, 2, 2, head_address="192.0.2.10")
+    facts = HostFacts(interfaces={"eth0": "192.0.2.13"}, default_interface="eth0", route_to_head="192.0.2.13")
+    with pytest.raises(ConfigError) as err:
+        plan_node_net(config, {}, Role("worker", 3), facts)
+    assert err.value.key == "replica_head"
+    ok = router_config(4, 1, 2, 2, head_address="192.0.2.10", replica_head="192.0.2.12")
+    assert plan_node_net(ok, {}, Role("worker", 3), facts).replica_head == "192.0.2.12"
+    assert plan_node_net(ok, {}, Role("worker", 1), facts).replica_head == "192.0.2.10"  # the head's replica
+
+
+def test_every_replica_node_gets_the_api_key_file_its_api_server_and_supervisor_read() -> None:
+    config = router_config(2, 1, 1, 2)
+    assert any(m.target == API_KEY_PATH for m in node_mounts(config, Role("worker", 1)))
+
+
+# ---- the router -----------------------------------------------------------------------------------
+
+
+def test_the_router_listens_where_the_api_was_and_checks_keys_against_the_replicas() -> None:
+    config = router_config(2, 1, 1, 2, **SIM)
+    urls = ["http://10.77.0.10:8100", "http://10.77.0.11:8100"]
+    spec = plan_router(config, "10.77.0.10", urls)
+    assert router_url(config, "10.77.0.10") == "http://10.77.0.9:8000"
+    assert spec.ip == "10.77.0.9" and spec.network == "kitnet" and spec.gpus is None
+    assert spec.labels["kit.role"] == "router" and spec.image == "kit/vllm-router:0.1.17"
+    argv = list(spec.script_args)
+    assert argv[argv.index("--host") + 1] == "10.77.0.9" and argv[argv.index("--port") + 1] == "8000"
+    assert "--worker-urls" not in argv  # each replica is added once healthy
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--api-key-validation-url"] == [
+        f"{u}/v1/models" for u in urls
+    ]
+    assert argv[argv.index("--prometheus-host") + 1] == "127.0.0.1"
+    key = "the-secret-key"
+    everything = json.dumps(to_docker_kwargs(spec)) + " ".join(to_docker_argv(spec))
+    assert API_KEY_PATH not in everything and key not in everything  # the router never holds the key
+
+
+def test_host_networking_puts_the_router_on_the_head_ip_and_without_a_key_checks_none() -> None:
+    config = router_config(2, 1, 1, 2, api_key_file=None)
+    argv = router_argv(config, "192.0.2.10", ["http://192.0.2.10:8100"])
+    assert "--api-key-validation-url" not in argv
+    assert router_url(config, "192.0.2.10") == "http://192.0.2.10:8000"
+    assert plan_router(config, "192.0.2.10", []).network == "host"
+
+
+# ---- supervision: one group per replica ----------------------------------------------------------------
+
+
+def test_each_replica_is_its_own_supervised_group_with_its_coordinator_on_its_first_node() -> None:
+    config = router_config(4, 1, 2, 2)
+    doc = plan_replica_supervise(config, 3, "http://192.0.2.9:8000")
+    assert doc["nodes"] == ["worker-2", "worker-3"]
+    assert doc["coordinator_rank"] == 2 and doc["coordinator_address_env"] == "KIT_REPLICA_HEAD_ADDRESS"
+    assert doc["api_port"] == 8100 and doc["engines"] == ["0"]
+    assert doc["router_url"] == "http://192.0.2.9:8000"
+    one = plan_replica_supervise(router_config(2, 1, 1, 2), 1, None)
+    assert one["nodes"] == ["worker-1"] and one["coordinator_rank"] == 1
+    assert one["coordinator_address_env"] == "VLLM_HOST_IP"
