@@ -4,6 +4,7 @@ evidence when it fails."""
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -80,11 +81,13 @@ class NodeServe:
 
 @dataclass(frozen=True)
 class ServePlan:
-    """What `kit serve` would run on each node of the planned cluster (its --dry-run)."""
+    """What `kit serve` would run on each node of the planned cluster (its --dry-run); with router
+    replicas (issue 29) also the router's `docker run` (kit.plan.router)."""
 
     cluster: str
     backend: str
     nodes: list[NodeServe]
+    router: list[str] | None = None
 
 
 def plan_serve(config: KitConfig, *, env: Mapping[str, str] | None = None) -> ServePlan:
@@ -94,7 +97,21 @@ def plan_serve(config: KitConfig, *, env: Mapping[str, str] | None = None) -> Se
     if config.backend == "mp":
         roles += [Role("worker", rank) for rank in range(1, config.nodes)]
     scripts = [NodeServe(r, serve_script(config, r, env=env)) for r in roles]
-    return ServePlan(config.cluster, config.backend, scripts)
+    return ServePlan(config.cluster, config.backend, scripts, planned_router(config) if router_mode(config) else None)
+
+
+def planned_router(config: KitConfig) -> list[str]:
+    """The router's `docker run` as `kit serve` would start it: the node IPs of the simulation
+    network, else the head's (head_address; HEAD_IP where this host cannot know it)."""
+    from kit.plan.container_args import to_docker_argv
+    from kit.plan.router import known_workers, plan_router
+
+    if config.network:
+        base = ipaddress.IPv4Network(config.network_subnet).network_address
+        ips = {rank: str(base + 10 + rank) for rank in range(config.nodes)}
+    else:
+        ips = {0: config.head_address or "HEAD_IP"}
+    return to_docker_argv(plan_router(config, ips[0], known_workers(config, ips)))
 
 
 def head_url(config: KitConfig, nodes: Sequence[NodeHandle]) -> str:

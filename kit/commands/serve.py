@@ -16,7 +16,7 @@ from kit.images.vllm_releases import unknown_warning
 from kit.layout import Layout
 from kit.output import emit, progress, warn
 from kit.plan.exposure import exposures
-from kit.render import shell_quote
+from kit.render import shell_quote, shell_words
 from kit.supervise.events import Event
 
 FLAG_KEYS = {
@@ -167,6 +167,7 @@ def to_dict(plan: ServePlan, layout: Layout) -> dict[str, Any]:
         "parallel": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "ep": layout.ep},
         "layout_from": layout.decided_by,
         "nodes": [{"role": n.role.kind, "rank": n.role.rank, "script": n.script} for n in plan.nodes],
+        **({"router": plan.router} if plan.router is not None else {}),
     }
 
 
@@ -182,4 +183,7 @@ def dry_run_text(plan: dict[str, Any]) -> str:
     for node in plan["nodes"]:
         lines.append(f"# --- {node['role']} (rank {node['rank']}): script run inside its container")
         lines.append(node["script"].rstrip("\n"))
+    if plan.get("router"):
+        lines.append("# --- the router in front of the replicas (model.dp_lb router): its container")
+        lines.append(shell_words(plan["router"]))
     return "\n".join(lines)
