@@ -202,3 +202,71 @@ def test_each_replica_is_its_own_supervised_group_with_its_coordinator_on_its_fi
     one = plan_replica_supervise(router_config(2, 1, 1, 2), 1, None)
     assert one["nodes"] == ["worker-1"] and one["coordinator_rank"] == 1
     assert one["coordinator_address_env"] == "VLLM_HOST_IP"
+
+
+# ---- the coordinator drains and readmits its replica ------------------------------------------------
+
+
+class _Router:
+    """A stand-in for vLLM's router admin API on loopback (the real router runs in
+    tests/integration/test_replicas_cluster.py): records each call, answers `code`."""
+
+    def __init__(self, code: int = 200) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        calls: list[tuple[str, str | None]] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                calls.append((self.path, self.headers.get("Authorization")))
+                self.send_response(code)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args: object) -> None:
+                return
+
+        self.calls = calls
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("code", [200, 500])
+def test_the_coordinator_drains_on_detected_and_readmits_on_ready(tmp_path: Path, code: int) -> None:
+    import time
+
+    from kit.supervise import events as ev
+    from kit.supervise.coordinator import Coordinator, CoordinatorConfig
+    from kit.supervise.policy import Settings
+
+    router = _Router(code)
+    key = tmp_path / "key"
+    key.write_text("k3y\n")
+    settings = Settings(("worker-1",), ("0",), 10, 30, 1, 1, 300, 30)
+    config = CoordinatorConfig(
+        str(tmp_path), "127.0.0.1", 0, "t", "http://10.0.0.11:8100", "tiny", str(key), settings, router_url=router.url
+    )
+    coordinator = Coordinator(config, observe=lambda: None, out=lambda _: None)  # type: ignore[arg-type,return-value]
+    try:
+        for count, action in enumerate(("remove", "add"), 1):
+            coordinator._route(action, ev.Event(time.time(), "detected", "x", 1, 0))
+            end = time.monotonic() + 10
+            while time.monotonic() < end and _lines(tmp_path / "events.jsonl") < count:
+                time.sleep(0.05)
+    finally:
+        router.close()
+    found = [e.kind for e in ev.parse_lines((tmp_path / "events.jsonl").read_text().splitlines())]
+    assert found == (["drained", "readmitted"] if code == 200 else ["route-failed", "route-failed"])
+    assert [p.split("?")[0] for p, _ in router.calls] == ["/remove_worker", "/add_worker"]
+    assert all(p.endswith("url=http%3A%2F%2F10.0.0.11%3A8100") and auth == "Bearer k3y" for p, auth in router.calls)
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
