@@ -99,7 +99,7 @@ def overhead(router: str, direct: str, n: int, rounds: int) -> dict[str, Any]:
     ttfts(direct, 5)  # warm both paths
     ttfts(router, 5)
     for i in range(rounds):
-        for which in ((router, direct) if i % 2 == 0 else (direct, router)):
+        for which in (router, direct) if i % 2 == 0 else (direct, router):
             (via if which == router else straight).extend(ttfts(which, n))
     p50_via, p50_direct = statistics.median(via), statistics.median(straight)
     return {
@@ -153,7 +153,8 @@ def main() -> int:
     print(f"{'':10} {'detect s':>9} {'back s':>7} {'sent':>5} {'answered':>9} {'availability':>13}")
     for what in ("replicas", "group"):
         r = out[what]
-        print(f"{what:10} {r['detect_s']:>9} {r['back_s']:>7} {r['sent']:>5} {r['answered']:>9} {r['availability']:>13}")
+        cells = f"{r['detect_s']:>9} {r['back_s']:>7} {r['sent']:>5} {r['answered']:>9} {r['availability']:>13}"
+        print(f"{what:10} {cells}")
     o = out["overhead"]
     print(
         f"router overhead: TTFT p50 {o['ttft_p50_router_ms']} ms via the router vs {o['ttft_p50_direct_ms']} ms "

@@ -20,7 +20,7 @@ from kit.bench.schedule import LoadPoint
 from tests.integration import supervise_support as sup
 
 ROUTER_IMAGE = "kit/vllm-router:0.1.17"
-ROUTER_VERSION = "0.1.17"
+VERSION = "0.1.17"  # vllm-router, as containers/router/Dockerfile pins it
 
 
 def ensure_router_image(docker_client: Any, kit: Any, tmp: Path) -> None:
@@ -34,7 +34,7 @@ def ensure_router_image(docker_client: Any, kit: Any, tmp: Path) -> None:
     wheels = tmp / "router-wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     got = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels), f"vllm-router=={ROUTER_VERSION}"],
+        [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels), f"vllm-router=={VERSION}"],
         capture_output=True,
         text=True,
         check=False,
