@@ -270,3 +270,11 @@ def test_the_coordinator_drains_on_detected_and_readmits_on_ready(tmp_path: Path
 
 def _lines(path: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_kit_slurm_refuses_router_replicas_and_says_why() -> None:
+    from kit.plan.slurm import check_slurm_config
+
+    with pytest.raises(ConfigError) as err:
+        check_slurm_config(router_config(2, 1, 1, 2, runtime="docker"), {})
+    assert err.value.key == "model.dp_lb" and "SLURM launcher" in str(err.value)
