@@ -399,6 +399,24 @@ class DockerRuntime(ContainerRuntime, ImageStore):
         nodes = [self._handle(c) for c in containers]
         return sorted(nodes, key=lambda n: (n.role != "head", n.rank))
 
+    def host_nodes(self) -> list[NodeHandle]:
+        """The running kit containers of every cluster (their labels only: no image lookups)."""
+        nodes = []
+        for container in self.client.containers.list(filters={"label": [LABEL_MANAGED]}):
+            labels = dict(container.labels)
+            nodes.append(
+                NodeHandle(
+                    name=container.name,
+                    cluster=labels.get("kit.cluster", ""),
+                    role=labels.get("kit.role", "?"),
+                    rank=int(labels["kit.rank"]) if labels.get("kit.rank", "").isdigit() else 0,
+                    state=container.status,
+                    ip=labels.get("kit.node-ip"),
+                    labels=labels,
+                )
+            )
+        return nodes
+
     def _handle(self, container: Any) -> NodeHandle:
         labels = container.labels
         image_id = container.attrs.get("Image")
