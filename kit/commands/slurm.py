@@ -141,8 +141,8 @@ def command(
     # Every node of the job must run the same layout, and the nodes' files are not the files of
     # this host: `auto` that this host could only guess is refused (issue 17).
     refuse_guessed(resolution.layout, "slurm")
+    check_slurm_config(config, sources)  # a key a job cannot honour, before what it would plan
     check_plan(resolution)
-    check_slurm_config(config, sources)
     check_prologue(config, sources)
     if submit:
         check_secret_files(config, sources)  # the launcher checks again on every node
