@@ -14,13 +14,13 @@ from kit.commands._options import config_options, json_option, layout_options, o
 from kit.commands._params import KitCommand
 from kit.config import KitConfig
 from kit.errors import UsageError
+from kit.images.vllm_releases import unknown_warning
 from kit.output import emit, progress, warn
 from kit.plan.container_args import to_apptainer_env, to_apptainer_start_argv, to_docker_argv
 from kit.plan.exposure import exposures
 from kit.plan.layout import Layout
 from kit.plan.node import ContainerSpec
 from kit.plan.roles import HEAD
-from kit.plan.vllm_versions import unknown_warning
 from kit.render import shell_quote, shell_words
 
 FLAG_KEYS = {

@@ -22,9 +22,9 @@ from kit.commands._options import config_options, json_option, layout_options, o
 from kit.commands._params import KitCommand, writable
 from kit.config import KitConfig
 from kit.errors import ConfigError
+from kit.images.vllm_releases import unknown_warning
 from kit.output import emit, progress, warn
 from kit.plan.slurm import SERVER_READY_MARK, check_slurm_config, plan_slurm_files
-from kit.plan.vllm_versions import unknown_warning
 from kit.render import shell_words
 
 FLAG_KEYS = {

@@ -144,7 +144,7 @@ def derived_ports(api: int, backend: str) -> dict[str, int]:
 
 def one_host_name(model: str, port: int) -> str:
     """The cluster name of `kit serve MODEL --port PORT`: the model's last path part and the
-    port ("qwen2.5-7b-instruct-8001"), a valid container-name part (kit.config_schema's pattern)."""
+    port ("qwen2.5-7b-instruct-8001"), a valid container-name part (kit.config.schema's pattern)."""
     base = model.rstrip("/").rsplit("/", 1)[-1].lower()
     slug = "".join(c if c.isalnum() or c in "._-" else "-" for c in base).strip("-._") or "model"
     return f"{slug[:50].rstrip('-._')}-{port}"

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from kit import __version__, labels
 from kit.config import KitConfig
+from kit.images import vllm_releases as versions
 from kit.labels import LayoutLabels
-from kit.plan import vllm_versions as versions
 from kit.plan.host_share import held_gpus, host_ports, ports_label
 from kit.plan.network import NodeNet
 from kit.plan.paths import (
@@ -126,7 +126,7 @@ def node_env(config: KitConfig, role: Role, net: NodeNet) -> dict[str, str]:
         # (Apptainer binds the user's own home there instead).
         env["HOME"] = USER_HOME
     if config.model.all2all != "auto" and not versions.all2all_by_flag(config.vllm.version):
-        # vLLM < 0.11.1 reads the backend from the environment only (kit.plan.vllm_versions).
+        # vLLM < 0.11.1 reads the backend from the environment only (kit.images.vllm_releases).
         env[versions.ALL2ALL_ENV] = config.model.all2all
     env.update(config.env)
     return env

@@ -1,7 +1,7 @@
 """What `kit slurm` does with every config key (issue 28): the launcher honours it, another verb
 reads it (the same kit.yaml serves `kit pull`, `kit verify`), or it has no meaning inside a job
 and is refused when set, never silently dropped. `tests/unit/test_slurm_keys.py` checks that
-every key of kit.config_schema is in exactly one of these tables.
+every key of kit.config.schema is in exactly one of these tables.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from kit.client import MAX_IMAGE_BYTES, chat_messages
+from kit.net.openai import MAX_IMAGE_BYTES, chat_messages
 from tests.conftest import run_kit
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR" + b"\x00" * 17  # enough of a PNG to be told by its bytes

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from kit.config_schema import SCHEMA
+from kit.config.schema import SCHEMA
 from kit.plan.slurm import plan_launcher
 from kit.plan.slurm_keys import HONOURED, OTHER_VERBS, REFUSED
 from tests.conftest import make_config, run_kit
