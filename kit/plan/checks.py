@@ -271,6 +271,16 @@ def check_runtime_options(config: KitConfig, sources: Mapping[str, str]) -> None
                     source=_src(sources, key),
                     hint=f"unset {key}",
                 )
+    if config.runtime != "docker":
+        for key in ("ipc_host", "shm_size"):
+            if _src(sources, key) != "default" and (key == "shm_size" or not config.ipc_host):
+                raise ConfigError(
+                    f"{key} is for runtime docker: {config.runtime} containers always share the host's IPC "
+                    "namespace and /dev/shm",
+                    key=key,
+                    source=_src(sources, key),
+                    hint=f"unset {key}",
+                )
     options = {"apptainer.gpu_args": config.apptainer.gpu_args, "apptainer.extra_args": config.apptainer.extra_args}
     for key, words in options.items():
         if config.runtime != "apptainer":

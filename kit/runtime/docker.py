@@ -397,30 +397,17 @@ class DockerRuntime(ContainerRuntime, ImageStore):
         return sorted(nodes, key=lambda n: (n.role != "head", n.rank))
 
     def host_nodes(self) -> list[NodeHandle]:
-        """The running kit containers of every cluster (their labels only: no image lookups)."""
-        nodes = []
-        for container in self.client.containers.list(filters={"label": [LABEL_MANAGED]}):
-            labels = dict(container.labels)
-            nodes.append(
-                NodeHandle(
-                    name=container.name,
-                    cluster=labels.get("kit.cluster", ""),
-                    role=labels.get("kit.role", "?"),
-                    rank=int(labels["kit.rank"]) if labels.get("kit.rank", "").isdigit() else 0,
-                    state=container.status,
-                    ip=labels.get("kit.node-ip"),
-                    labels=labels,
-                )
-            )
-        return nodes
+        """The running kit containers of every cluster (their labels: no image lookups)."""
+        containers = self.client.containers.list(filters={"label": [LABEL_MANAGED]})
+        return [self._handle(c, digest=False) for c in containers]
 
-    def _handle(self, container: Any) -> NodeHandle:
+    def _handle(self, container: Any, *, digest: bool = True) -> NodeHandle:
         labels = container.labels
-        image_id = container.attrs.get("Image")
-        digest = None
+        image_id = container.attrs.get("Image") if digest else None
+        found = None
         if image_id:
             info = self.image_info(image_id)
-            digest = info.digests[0] if info and info.digests else image_id
+            found = info.digests[0] if info and info.digests else image_id
         return NodeHandle(
             name=container.name,
             cluster=labels.get("kit.cluster", ""),
@@ -429,7 +416,7 @@ class DockerRuntime(ContainerRuntime, ImageStore):
             state=container.status,
             ip=labels.get("kit.node-ip"),
             image=labels.get("kit.image", ""),
-            image_digest=digest,
+            image_digest=found,
             started_at=container.attrs.get("State", {}).get("StartedAt"),
             labels=dict(labels),
         )

@@ -169,3 +169,11 @@ def test_a_model_directory_with_a_comma_is_refused_for_apptainer(kit_env: Path) 
     args = ["up", "--dry-run", "--runtime", "apptainer", "--image", "/x.sif", "--model", str(model)]
     code, _, err = run_kit(args)
     assert code == 3 and "model.id" in err and "','" in err, err
+
+
+@pytest.mark.parametrize("setting", ["ipc_host=false", "shm_size=8g"])
+def test_docker_only_ipc_keys_are_refused_where_the_host_ipc_is_always_shared(setting: str, kit_env: Path) -> None:
+    args = ["up", "--dry-run", "--runtime", "apptainer", "--image", "/x.sif", "--set", setting]
+    code, _, err = run_kit(args)
+    assert code == 3 and "is for runtime docker" in err and "/dev/shm" in err, err
+    assert run_kit(["up", "--dry-run", "--set", setting])[0] == 0  # Docker honours it
