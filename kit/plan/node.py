@@ -122,9 +122,10 @@ def node_env(config: KitConfig, role: Role, net: NodeNet) -> dict[str, str]:
     if config.gpus != "all" and config.accelerator == "gpu" and not device_ids_selected(config):
         env["CUDA_VISIBLE_DEVICES"] = ",".join(container_gpu_ids(config))
     if config.docker.user:
-        # A user the image has no home for: vLLM, torch and Triton write their caches under ~
-        # (Apptainer binds the user's own home there instead).
-        env["HOME"] = USER_HOME
+        # A user the image has no home or name for: vLLM, torch and Triton write their caches
+        # under ~, and Python's getpass.getuser() (torch's Inductor, Ray) fails without a passwd
+        # entry unless USER/LOGNAME name one. Apptainer gives the container the user's own.
+        env.update({"HOME": USER_HOME, "USER": "kit", "LOGNAME": "kit"})
     if config.model.all2all != "auto" and not versions.all2all_by_flag(config.vllm.version):
         # vLLM < 0.11.1 reads the backend from the environment only (kit.images.vllm_releases).
         env[versions.ALL2ALL_ENV] = config.model.all2all

@@ -54,7 +54,7 @@ def test_docker_user_and_read_only_reach_docker_run_and_docker_py() -> None:
     argv = to_docker_argv(spec)
     assert {"--user=4242:4343", "--read-only", "--tmpfs=/tmp"} <= set(argv)
     # a user the image has no home for: ~ is a writable folder of the node's /tmp
-    assert kwargs["environment"]["HOME"] == paths.USER_HOME
+    assert kwargs["environment"]["HOME"] == paths.USER_HOME and kwargs["environment"]["USER"] == "kit"
     plain = to_docker_kwargs(plan_node(make_config(), HEAD, NET))
     assert not {"user", "read_only", "tmpfs"} & set(plain) and "HOME" not in plain["environment"]
 
