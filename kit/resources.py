@@ -17,7 +17,7 @@ from kit.errors import ImageError, KitError, UsageError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 # kit's in-container probes: plain-stdlib scripts copied to /opt/kit/probe/ by every image.
-PROBE_FILES = ("probe.py", "collective.py")
+PROBE_FILES = ("probe.py", "collective.py", "latency.py")  # latency.py: collective.py loads it
 
 
 def containers_dir() -> Path:
