@@ -84,6 +84,14 @@ class LatencyProbe:
         }
 
     def run(self, method: str) -> dict[str, Any]:
+        if method == "gloo-eager":
+            return self.run_on_stream(method)
+        # A stream of its own, as nccl-tests gives NCCL (non-blocking), not the legacy default
+        # stream that synchronises with every other one.
+        with self.torch.cuda.stream(self.torch.cuda.Stream(device=self.device)):
+            return self.run_on_stream(method)
+
+    def run_on_stream(self, method: str) -> dict[str, Any]:
         torch = self.torch
         dtype = torch.float32 if method == "gloo-eager" else torch.bfloat16
         run: dict[str, Any] = {"method": method, "dtype": str(dtype).replace("torch.", ""), "error": None}
@@ -153,8 +161,7 @@ class LatencyProbe:
 
     def op(self, method: str, a: Any, b: Any) -> Any:
         if method.startswith("nccl"):
-            nccl, cuda = self.open_nccl(), self.torch.cuda
-            return lambda: nccl.all_reduce(a, b, cuda.current_stream().cuda_stream)
+            return self.open_nccl().bind(a, b, self.torch.cuda.current_stream().cuda_stream)
         return lambda: self.dist.all_reduce(a)
 
     def graph(self, op: Any, ops: int) -> Any:
@@ -164,8 +171,10 @@ class LatencyProbe:
         op()  # once outside the graph, on every rank, before any capture
         torch.cuda.synchronize()
         try:
-            # Thread-local capture: torch's NCCL watchdog thread may query events meanwhile.
-            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            # On the current stream (bound into nccl-* ops); thread-local, as torch's NCCL
+            # watchdog thread may query events meanwhile.
+            stream = torch.cuda.current_stream()
+            with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
                 for _ in range(ops):
                     op()
         except Exception as exc:
@@ -221,10 +230,14 @@ class _LibNccl:
         self.check(self.lib.ncclCommInitRank(ct.byref(self.comm), probe.world, uid, probe.rank), "ncclCommInitRank")
 
     def all_reduce(self, src: Any, dst: Any, stream: int) -> None:
-        res = self.lib.ncclAllReduce(
-            src.data_ptr(), dst.data_ptr(), src.numel(), _NCCL_BF16, _NCCL_SUM, self.comm, stream
-        )
-        self.check(res, "ncclAllReduce")
+        self.bind(src, dst, stream)()
+
+    def bind(self, src: Any, dst: Any, stream: int) -> Any:
+        """ncclAllReduce(src -> dst) on `stream` as a call with its arguments converted once:
+        in an eager loop only ctypes' own call stands between two launches."""
+        fn, check = self.lib.ncclAllReduce, self.check
+        args = (src.data_ptr(), dst.data_ptr(), src.numel(), _NCCL_BF16, _NCCL_SUM, self.comm, stream)
+        return lambda: check(fn(*args), "ncclAllReduce")
 
     def close(self) -> None:
         self.check(self.lib.ncclCommDestroy(self.comm), "ncclCommDestroy")
