@@ -43,7 +43,7 @@ FORCED = {
 }
 # Iterations of all_reduce_perf (-w warm-up, -n timed) by transport: Socket moves 4 GB/s, so
 # 100 timed 1 GiB all-reduces would take a minute there.
-NT_ITERS = {"p2p": ("20", "100"), "shm": ("5", "20"), "socket": ("2", "10")}
+NT_ITERS = {"p2p": ("20", "100"), "shm": ("5", "20"), "socket": ("5", "20")}
 BW_SIZES = (32 << 20, 1 << 30)
 BW_GOAL = (0.97, 1.03)
 LAT_GOAL, LAT_FROM = 1.2, 8 << 10
@@ -119,11 +119,15 @@ def _ratio(kit: float | None, ref: float | None) -> float | None:
 
 
 def compare_latency(
-    kit_runs: Sequence[Mapping[str, Any]], nt_thread: Sequence[Mapping[str, Any]], nt_one: Sequence[Mapping[str, Any]]
+    kit_runs: Sequence[Mapping[str, Any]],
+    nt_thread: Sequence[Mapping[str, Any]],
+    nt_one: Sequence[Mapping[str, Any]],
+    nt_graph: Sequence[Mapping[str, Any]] = (),
 ) -> list[dict[str, Any]]:
     """One row per (method, size): medians over the rounds of kit (probe JSONs), nccl-tests with
-    one thread per GPU (parsed -t N -g 1 runs) and with one thread for all GPUs (-g N), and the
-    ratios kit / nccl-tests(-t N -g 1), out of place and in place."""
+    one thread per GPU (parsed -t N -g 1 runs), with one thread for all GPUs (-g N) and with one
+    thread per GPU in CUDA graphs (-G), and the ratios kit / nccl-tests(-t N -g 1), out of place
+    and in place (the goal's), and in place against -G."""
 
     def by_size(runs: Sequence[Mapping[str, Any]]) -> dict[int, list[Mapping[str, Any]]]:
         out: dict[int, list[Mapping[str, Any]]] = {}
@@ -132,7 +136,7 @@ def compare_latency(
                 out.setdefault(row["bytes"], []).append(row)
         return out
 
-    thread, one = by_size(nt_thread), by_size(nt_one)
+    thread, one, graph = by_size(nt_thread), by_size(nt_one), by_size(nt_graph)
     per_method: dict[str, dict[int, list[Mapping[str, Any]]]] = {}
     for doc in kit_runs:
         for method, rows in kit_latency(doc).items():
@@ -145,6 +149,7 @@ def compare_latency(
             kit_ip = _median([r.get("in_place_us") for r in sizes[size]])
             nt_oop = _median([r["oop_us"] for r in thread.get(size, [])])
             nt_ip = _median([r["ip_us"] for r in thread.get(size, [])])
+            nt_graph_ip = _median([r["ip_us"] for r in graph.get(size, [])])
             ratio_ip, ratio_oop = _ratio(kit_ip, nt_ip), _ratio(kit_oop, nt_oop)
             worst = max((r for r in (ratio_ip, ratio_oop) if r is not None), default=None)
             table.append(
@@ -156,8 +161,10 @@ def compare_latency(
                     "nt_oop_us": nt_oop,
                     "nt_ip_us": nt_ip,
                     "nt_one_proc_ip_us": _median([r["ip_us"] for r in one.get(size, [])]),
+                    "nt_graph_ip_us": nt_graph_ip,
                     "ratio_oop": ratio_oop,
                     "ratio_ip": ratio_ip,
+                    "ratio_ip_graph": _ratio(kit_ip, nt_graph_ip),
                     "meets_goal": None if size < LAT_FROM or worst is None else worst <= LAT_GOAL,
                 }
             )
@@ -217,18 +224,19 @@ def render(summary: Mapping[str, Any]) -> str:
     methods = list(dict.fromkeys(r["method"] for r in summary["latency"]))
     for method in methods:
         lines.append(
-            f"\nLatency (us, bf16) of kit {method} vs all_reduce_perf -d bfloat16 -t {gpus} -g 1 (nt) "
-            f"and -g {gpus} (nt1p); goal kit/nt <= {LAT_GOAL} from {_size(LAT_FROM)}"
+            f"\nLatency (us, bf16) of kit {method} vs all_reduce_perf -d bfloat16 -t {gpus} -g 1 (nt), "
+            f"-g {gpus} (nt1p), -t {gpus} -g 1 -G 10 (ntG); r: kit/nt, goal <= {LAT_GOAL} from {_size(LAT_FROM)}"
         )
         lines.append(
-            f"{'size':>7} {'nt oop':>7} {'nt ip':>7} {'nt1p ip':>7} {'kit oop':>8} {'kit ip':>7} "
-            f"{'r oop':>6} {'r ip':>6}  goal"
+            f"{'size':>7} {'nt oop':>7} {'nt ip':>7} {'nt1p ip':>7} {'ntG ip':>7} {'kit oop':>8} {'kit ip':>7} "
+            f"{'r oop':>6} {'r ip':>6} {'kit/ntG':>7}  goal"
         )
         for r in (r for r in summary["latency"] if r["method"] == method):
             lines.append(
                 f"{_size(r['bytes']):>7} {_f(r['nt_oop_us'], 7)} {_f(r['nt_ip_us'], 7)} "
-                f"{_f(r['nt_one_proc_ip_us'], 7)} {_f(r['kit_oop_us'], 8)} {_f(r['kit_ip_us'], 7)} "
-                f"{_f(r['ratio_oop'], 6, 3)} {_f(r['ratio_ip'], 6, 3)}  {_goal(r['meets_goal'])}"
+                f"{_f(r['nt_one_proc_ip_us'], 7)} {_f(r.get('nt_graph_ip_us'), 7)} {_f(r['kit_oop_us'], 8)} "
+                f"{_f(r['kit_ip_us'], 7)} {_f(r['ratio_oop'], 6, 3)} {_f(r['ratio_ip'], 6, 3)} "
+                f"{_f(r.get('ratio_ip_graph'), 7, 3)}  {_goal(r['meets_goal'])}"
             )
     if summary.get("verify_host"):
         v = summary["verify_host"]
@@ -287,7 +295,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     bench, n = Bench(args), args.gpus
     thread_argv = ["-t", str(n), "-g", "1"]
     kit_runs: list[dict[str, Any]] = []
-    nt: dict[str, list[dict[str, Any]]] = {"thread": [], "one": [], "p2p_bw": []}
+    nt: dict[str, list[dict[str, Any]]] = {"thread": [], "one": [], "graph": [], "p2p_bw": []}
     for rnd in range(args.rounds):
         steps = ["nccl-tests", "kit"] if rnd % 2 == 0 else ["kit", "nccl-tests"]
         for step in steps:
@@ -298,17 +306,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             bf16 = ["-b", "4K", "-e", "1M", "-f", "2", "-d", "bfloat16"]
             nt["thread"].append(bench.nccl_tests(f"nt_t{n}g1_bf16_r{rnd}", "p2p", [*bf16, *thread_argv]))
             nt["one"].append(bench.nccl_tests(f"nt_t1g{n}_bf16_r{rnd}", "p2p", [*bf16, "-t", "1", "-g", str(n)]))
+            graph = [*bf16, *thread_argv, "-G", "10"]  # its 100 timed ops in one graph, 10 replays
+            nt["graph"].append(bench.nccl_tests(f"nt_t{n}g1_bf16_G10_r{rnd}", "p2p", graph))
             full = ["-b", "4K", "-e", "1G", "-f", "2", *thread_argv]
             nt["p2p_bw"].append(bench.nccl_tests(f"nt_t{n}g1_float_r{rnd}", "p2p", full))
     bandwidth = compare_bandwidth("p2p", kit_runs, nt["p2p_bw"])
     bandwidth[0]["seen"] = bandwidth[1]["seen"] = _seen(summarize_lines, kit_runs)
     for transport in (t for t in args.transports.split(",") if t != "p2p"):
         argv = ["-b", "32M", "-e", "1G", "-f", "32", *thread_argv]
-        ref = bench.nccl_tests(f"nt_t{n}g1_float_{transport}", transport, argv)
-        doc = bench.kit(f"kit_{transport}", transport, "off")
-        rows = compare_bandwidth(transport, [doc], [ref])
+        refs, docs = [], []
+        for rnd in range(min(args.rounds, 2)):  # Socket is slow: two rounds at most, alternating
+            for step in ["nccl-tests", "kit"] if rnd % 2 == 0 else ["kit", "nccl-tests"]:
+                if step == "kit":
+                    docs.append(bench.kit(f"kit_{transport}_r{rnd}", transport, "off"))
+                else:
+                    refs.append(bench.nccl_tests(f"nt_t{n}g1_float_{transport}_r{rnd}", transport, argv))
+        rows = compare_bandwidth(transport, docs, refs)
         for r in rows:
-            r["seen"] = _seen(summarize_lines, [doc])
+            r["seen"] = _seen(summarize_lines, docs)
         bandwidth += rows
     first = nt["thread"][0]
     summary: dict[str, Any] = {
@@ -318,7 +333,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "nccl_library": first["nccl_library"],
         "torch_nccl": kit_runs[0].get("nccl"),
         "bandwidth": bandwidth,
-        "latency": compare_latency(kit_runs, nt["thread"], nt["one"]),
+        "latency": compare_latency(kit_runs, nt["thread"], nt["one"], nt["graph"]),
         "latency_methods": {
             m: {k: v for k, v in r.items() if k not in ("results", "others")}
             for doc in kit_runs[:1]
