@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kit.config_schema import Spec
+    from kit.config.schema import Spec
 
 
 class Invalid(ValueError):

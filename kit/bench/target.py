@@ -21,7 +21,7 @@ def resolve_target(
 ) -> tuple[Target, str | None]:
     """The server to load (its URL, key and model name, checked with GET /v1/models: an
     unreachable URL or a wrong key is one line and exit 8 before any load is sent)."""
-    from kit import client
+    from kit.net import openai as client
 
     config = cluster.config
     base = (url or cluster.url()).rstrip("/")

@@ -19,10 +19,10 @@ from typing import Any
 
 from kit import validate
 from kit.config import KitConfig, Resolved, build, coerce, load_config
-from kit.config_schema import SCHEMA
+from kit.config.schema import SCHEMA
 from kit.errors import ConfigError, KitError
+from kit.images.vllm_releases import parse_version
 from kit.plan.layout import Layout, ModelFacts, plan_layout
-from kit.plan.vllm_versions import parse_version
 
 Overrides = Mapping[str, tuple[Any, str]]  # dotted key -> (value, where it came from)
 
@@ -67,13 +67,13 @@ def resolve(
 
 def recorded_version(resolved: Resolved) -> Resolved:
     """`vllm_version: auto` and kit pulled or built the image here: the release it recorded then
-    (kit.state; the image's label, build argument or tag: kit.plan.vllm_versions), so an image
+    (kit.state; the image's label, build argument or tag: kit.images.vllm_releases), so an image
     tagged `latest` or `test` still renders for its own release. Otherwise the image tag decides
     (KitConfig.vllm)."""
     config = resolved.config
     if config.vllm_version != "auto":
         return resolved
-    from kit.state import recorded_image
+    from kit.images.records import recorded_image
 
     try:
         record = recorded_image(config.image) or {}

@@ -184,7 +184,7 @@ def wait_healthy(
     """Wait for `url`/health, at most timeouts.ready s after `started` and never past `deadline`
     (time.monotonic(); kit tune's budget). A server process that exits ends the wait at once,
     with its log tail."""
-    from kit import client
+    from kit.net import openai as client
 
     give_up = started + config.timeouts.ready if deadline is None else min(started + config.timeouts.ready, deadline)
     last = ""

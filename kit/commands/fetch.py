@@ -1,7 +1,7 @@
 """`kit fetch [MODEL]`: download a model once, into the shared HF cache, check it is complete.
 
-Plan, then act: the Hub's listing at one commit becomes a FetchPlan (kit/fetch.py: the files
-vLLM loads), --dry-run prints it; otherwise kit/hub.py moves the bytes and kit/fetch.py's
+Plan, then act: the Hub's listing at one commit becomes a FetchPlan (kit/models/fetch.py: the files
+vLLM loads), --dry-run prints it; otherwise kit/models/hub.py moves the bytes and kit/models/fetch.py's
 offline check must pass before the revision is recorded as complete.
 """
 
@@ -21,7 +21,7 @@ from kit.commands._options import cluster_overrides, config_options, json_option
 from kit.commands._params import KitCommand
 from kit.config import KitConfig
 from kit.errors import ConfigError, VerifyFailed
-from kit.fetch import (
+from kit.models.fetch import (
     SHA_RE,
     FetchPlan,
     Layout,
@@ -36,8 +36,8 @@ from kit.fetch import (
     survey,
     weight_index,
 )
-from kit.hub import Hub, NoSpace, Progress, endpoint_from_env, write_error
-from kit.model_state import models_file, record_model
+from kit.models.hub import Hub, NoSpace, Progress, endpoint_from_env, write_error
+from kit.models.records import models_file, record_model
 from kit.output import LiveLine, bar, emit, human_bytes, table
 from kit.safeload import read_text
 
@@ -212,7 +212,7 @@ def fetch_model(
 
 
 def check_local(hub_dir: Path, repo: str, revision: str, local_dir: Path | None) -> dict[str, Any]:
-    """--check: kit/fetch.py's offline completeness check; VerifyFailed (7) names what is wrong."""
+    """--check: kit/models/fetch.py's offline completeness check; VerifyFailed (7) names what is wrong."""
     snap = local_dir if local_dir else find_snapshot(hub_dir, repo, revision)
     if snap is None or not snap.is_dir():
         raise VerifyFailed(

@@ -76,7 +76,7 @@ def command(
       kit tune --layouts tp1,tp2,tp1-dp2 -n 32 --concurrency 4 --plot layouts.png
     """
     from kit.bench import measure
-    from kit.client import read_key
+    from kit.net.openai import read_key
     from kit.state import state_dir
 
     # The budget's end, on the clock every wait below compares with: bring-up, warm-up and

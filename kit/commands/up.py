@@ -11,6 +11,7 @@ from kit.cluster import Cluster, NodePlan
 from kit.cluster.resolve import guessed_warning
 from kit.commands._options import config_options, json_option, layout_options, overrides_from, role_from_flags
 from kit.commands._params import KitCommand
+from kit.images.vllm_releases import unknown_warning
 from kit.output import emit, progress, warn
 from kit.plan.container_args import (
     to_apptainer_env,
@@ -21,7 +22,6 @@ from kit.plan.container_args import (
 )
 from kit.plan.exposure import exposures
 from kit.plan.vllm import serves_api
-from kit.plan.vllm_versions import unknown_warning
 from kit.render import shell_quote, shell_words
 from kit.runtime import check_local
 

@@ -15,7 +15,7 @@ travel as data (one quoted word each), as in the Docker/Apptainer launcher.
 
 The container environment goes where each runtime reads it: pyxis, exported in the step's own
 subshell and named in --container-env (names only: no value is in a comma list); EDF, the [env]
-table of its TOML file (kit.toml_text). Values only a node knows (its IP, interface, rank) are
+table of its TOML file (kit.render.toml). Values only a node knows (its IP, interface, rank) are
 set by the entry inside the container.
 """
 
@@ -35,7 +35,7 @@ from kit.plan.node import ContainerSpec
 from kit.plan.roles import Role
 from kit.plan.slurm import argv_text, has_sentinel, job_var, runtime_word, sentinels
 from kit.render import render, shell_quote
-from kit.toml_text import to_toml
+from kit.render.toml import to_toml
 
 ENROOT_RUNTIMES = ("pyxis", "edf")
 PROBE_MARK = "KIT_PROBE"

@@ -23,8 +23,9 @@ KIT_DIR = Path(__file__).resolve().parents[1]
 # Modules shipped, as paths under kit/ (every import they make is here or in the standard library).
 MODULES = (
     "errors.py",
-    "metrics.py",
-    "liveness.py",
+    "health/__init__.py",
+    "health/prometheus.py",
+    "health/liveness.py",
     "supervise/__init__.py",
     "supervise/agent.py",
     "supervise/coordinator.py",

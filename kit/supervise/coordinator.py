@@ -1,6 +1,6 @@
 """The coordinator, in the head container (standard library only, in the supervise bundle): a
 small HTTP control endpoint on the head's node IP (ports.supervisor) for the agents' reports, a
-loop that observes the server (kit/supervise/watch.py), judges it (kit/liveness.py) and steps the
+loop that observes the server (kit/supervise/watch.py), judges it (kit/health/liveness.py) and steps the
 state machine (kit/supervise/policy.py), and the record: state.json (rewritten every second, so
 kit can tell a live coordinator from a dead one) and events.jsonl, both in the run directory,
 plus a `KIT_EVENT {...}` line per event on its output (the job output under SLURM).
@@ -27,7 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from kit import liveness
+from kit.health import liveness
 from kit.supervise import events as ev
 from kit.supervise import policy, protocol, watch
 from kit.supervise.policy import Seen, Settings, State, Tick

@@ -46,7 +46,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
 def stale_ranks(runtime: Runtime, targets: Sequence[NodeHandle], url: str, alive: Callable[[NodeHandle], bool]) -> bool:
     """Some nodes still run `vllm serve` but the head does not and nothing answers: what is left
     of a group whose head went away (e.g. its container restarted). Not a running server."""
-    from kit import client
+    from kit.net import openai as client
 
     head = next((n for n in targets if n.role == "head"), None)
     if head is None or alive(head) or client.health(url, timeout=3):
@@ -59,9 +59,9 @@ def stale_ranks(runtime: Runtime, targets: Sequence[NodeHandle], url: str, alive
 
 def server_status(config: KitConfig, url: str) -> dict[str, Any]:
     """Is the model served? /health and every engine's /metrics, and a one-token request pinned to
-    each idle engine (a stopped engine keeps /health at 200: kit/liveness.py's docstring).
+    each idle engine (a stopped engine keeps /health at 200: kit/health/liveness.py's docstring).
     `serving` is True only when every engine the plan expects is serving or idle-and-answering."""
-    from kit import liveness, observe
+    from kit.health import liveness, observe
 
     try:
         observation, _ = observe.observe(url, deadline_s=5)

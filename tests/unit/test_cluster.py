@@ -132,9 +132,9 @@ def cpu_config(**more: object) -> KitConfig:
 
 @pytest.fixture
 def healthy(monkeypatch: pytest.MonkeyPatch) -> None:
-    import kit.client
+    import kit.net.openai
 
-    monkeypatch.setattr(kit.client, "health", lambda url, timeout=3: True)
+    monkeypatch.setattr(kit.net.openai, "health", lambda url, timeout=3: True)
 
 
 def test_bring_up_starts_workers_then_the_head_and_records_the_layout() -> None:
@@ -211,9 +211,9 @@ def test_serve_waits_for_health_then_status_and_bench_read_the_labels(healthy: N
 
 
 def test_serve_gives_up_with_the_log_tail_when_the_server_dies(monkeypatch: pytest.MonkeyPatch) -> None:
-    import kit.client
+    import kit.net.openai
 
-    monkeypatch.setattr(kit.client, "health", lambda url, timeout=3: False)
+    monkeypatch.setattr(kit.net.openai, "health", lambda url, timeout=3: False)
     rt = FakeRuntime()
     cluster = Cluster.from_config(cpu_config(), runtime=rt)
     cluster.bring_up()

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from kit.config import load_config
-from kit.config_schema import SCHEMA
+from kit.config.schema import SCHEMA
 from kit.errors import ConfigError
 
 

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from kit import hub as kit_hub
 from kit.errors import ExitCode
-from kit.fetch import check_snapshot
+from kit.models import hub as kit_hub
+from kit.models.fetch import check_snapshot
 from tests.conftest import run_kit
 from tests.infra.hub_server import HubRepo, HubServer, make_repo, write_model
 
@@ -58,7 +58,7 @@ def hub(server: HubServer, monkeypatch: pytest.MonkeyPatch, kit_env: Path) -> Hu
             monkeypatch.delenv(name)
     monkeypatch.setenv("HF_ENDPOINT", server.url)
     monkeypatch.setenv("HF_HOME", str(kit_env / "hf-home"))
-    # huggingface_hub reads its telemetry switch at import; kit.hub sets it before importing, but
+    # huggingface_hub reads its telemetry switch at import; kit.models.hub sets it before importing, but
     # another test may have imported huggingface_hub first: never let a test call huggingface.co.
     import huggingface_hub.constants
 

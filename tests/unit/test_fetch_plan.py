@@ -1,4 +1,4 @@
-"""kit/fetch.py without a network: which repo files a fetch takes, the input checks, the layout,
+"""kit/models/fetch.py without a network: which repo files a fetch takes, the input checks, the layout,
 the manifest, and the offline completeness check on snapshots made by hand."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kit.errors import ConfigError, VerifyFailed
-from kit.fetch import (
+from kit.models.fetch import (
     Layout,
     Manifest,
     RemoteFile,

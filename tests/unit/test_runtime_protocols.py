@@ -89,7 +89,7 @@ def test_interfaces_are_the_ones_the_brief_names() -> None:
 
 def test_a_store_that_cannot_build_refuses_with_a_usage_error() -> None:
     from kit.errors import UsageError
-    from kit.images import plan_build_context
+    from kit.images.build import plan_build_context
     from kit.resources import container_dir
 
     class PullOnly(ImageStore):

@@ -55,7 +55,7 @@ def test_every_kit_import_of_the_bundle_is_in_the_bundle() -> None:
 def test_the_bundle_runs_without_site_packages(pyz: Path) -> None:
     code = (
         "import sys; sys.path.insert(0, sys.argv[1])\n"
-        "import kit.supervise.agent, kit.supervise.coordinator, kit.supervise.main, kit.liveness\n"
+        "import kit.supervise.agent, kit.supervise.coordinator, kit.supervise.main, kit.health.liveness\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('requests', 'yaml', 'click', 'jinja2', 'docker'))\n"
         "print(kit.__file__, bad)\n"
     )

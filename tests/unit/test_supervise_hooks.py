@@ -131,7 +131,7 @@ def test_an_interrupted_up_removes_its_container_and_the_network_only_when_alone
 
 
 def test_stale_ranks_are_ranks_whose_head_is_gone_and_nothing_answers(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kit import client
+    from kit.net import openai as client
 
     head, worker = node("h", "head", 0), node("w")
     monkeypatch.setattr(client, "health", lambda url, timeout=3: False)

@@ -3,7 +3,7 @@ loads, where each one goes on disk, the manifest kit writes next to a fetched sn
 offline completeness check of a snapshot that later work (serving offline, `kit verify` across
 nodes) calls.
 
-The Hub itself is reached only through kit/hub.py; nothing here writes a file. The check reads
+The Hub itself is reached only through kit/models/hub.py; nothing here writes a file. The check reads
 file sizes, the manifest and the checkpoint's index (through kit.safeload), never the weights.
 
 Layout on disk, the same as huggingface_hub's cache so that vLLM inside the containers (HF_HOME

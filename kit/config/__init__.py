@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from kit import safeload, validate
-from kit.config_schema import SCHEMA
+from kit.config.schema import SCHEMA
 from kit.errors import ConfigError
-from kit.plan.vllm_versions import Target, target_version
+from kit.images.vllm_releases import Target, target_version
 
 if TYPE_CHECKING:
     from kit.plan.layout import Layout
@@ -189,7 +189,7 @@ class KitConfig:
 
     @property
     def vllm(self) -> Target:
-        """The vLLM release kit renders and checks for (kit.plan.vllm_versions)."""
+        """The vLLM release kit renders and checks for (kit.images.vllm_releases)."""
         return target_version(self.vllm_version, self.image, self.vllm_version_from)
 
     @property
