@@ -1,8 +1,8 @@
 """Decode latency for the collective probe (issue 30): all-reduces of 4 KiB to 1 MiB timed the
 way tensor-parallel decode runs them, so the figure is the link's, not Python's launch overhead.
 
-Part of the collective probe (kit/verify/collective.py), and like it standard library only at
-import time: torch comes from the probe's workers, NCCL through ctypes. It ships beside
+Part of the collective probe (kit/verify/collective.py), and like it it imports the standard
+library only when loaded: torch comes from the probe's workers, NCCL through ctypes. It ships beside
 collective.py (kit.resources.PROBE_FILES), which loads it from there; sent with `python3 -c`,
 its source follows collective.py's in one program (kit.verify.runner.collective_source), and the
 last lines below start the probe. Hence no `from __future__` import here (it would stand in the

@@ -17,13 +17,10 @@ from typing import Any, Protocol
 
 from kit import proc
 from kit.errors import CommandError, KitError
+from kit.resources import program_source
 from kit.runtime.base import ExecResult, NodeHandle
 from kit.verify import nccl, policy
 from kit.verify.report import VerifyResult
-
-PROBE_PATH = Path(__file__).with_name("probe.py")
-COLLECTIVE_PATH = Path(__file__).with_name("collective.py")
-LATENCY_PATH = Path(__file__).with_name("latency.py")  # part of the collective probe (issue 30)
 
 
 class NodeRunner(Protocol):
@@ -41,14 +38,19 @@ class NodeRunner(Protocol):
     ) -> ExecResult: ...
 
 
+# This host runs the probes from their files; containers get their text (program_source).
+PROBE_PATH = Path(__file__).with_name("probe.py")
+COLLECTIVE_PATH = Path(__file__).with_name("collective.py")
+
+
 def probe_source() -> str:
-    return PROBE_PATH.read_text()
+    return program_source("verify/probe.py")
 
 
 def collective_source() -> str:
     """The collective probe as one program for `python3 -c`: collective.py, then latency.py,
     whose last lines start it (both docstrings say how)."""
-    return COLLECTIVE_PATH.read_text() + "\n\n" + LATENCY_PATH.read_text()
+    return program_source("verify/collective.py") + "\n\n" + program_source("verify/latency.py")
 
 
 # The head's Ray view (kit.commands.status.ray_view + merge_views): one row per Ray node with
