@@ -78,7 +78,8 @@ def cluster_info(cluster: Cluster, url: str, server_version: str | None, model: 
     }
     started = cluster.served_layout(running)
     if started is not None:
-        plan.update(tp=started.tp, pp=started.pp, dp=started.dp, ep=started.ep, nodes=len(running))
+        lay = started.layout
+        plan.update(tp=lay.tp, pp=lay.pp, dp=lay.dp, ep=lay.ep, nodes=len(running))
         if started.model is not None:
             plan.update(model=started.model, max_model_len=started.max_model_len)
     return {

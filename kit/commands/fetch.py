@@ -23,8 +23,8 @@ from kit.config import KitConfig
 from kit.errors import ConfigError, VerifyFailed
 from kit.models.fetch import (
     SHA_RE,
+    DiskLayout,
     FetchPlan,
-    Layout,
     Manifest,
     check_repo_id,
     check_revision,
@@ -106,8 +106,8 @@ def command(
         return
     hub = Hub(endpoint_from_env(), read_token(config, resolved.sources))
 
-    def layout_for(sha: str) -> Layout:
-        return Layout.folder(target, repo, sha) if target else Layout.cache(hub_dir, repo, sha)
+    def layout_for(sha: str) -> DiskLayout:
+        return DiskLayout.folder(target, repo, sha) if target else DiskLayout.cache(hub_dir, repo, sha)
 
     result = fetch_model(hub, repo, revision, layout_for, dry_run=dry_run, workers=workers, as_json=as_json)
     emit("fetch", result, as_json=as_json, text=lambda: render_dry_run(result) if dry_run else render(result))
@@ -133,7 +133,7 @@ def fetch_model(
     hub: Hub,
     repo: str,
     revision: str,
-    layout_for: Callable[[str], Layout],
+    layout_for: Callable[[str], DiskLayout],
     *,
     dry_run: bool = False,
     workers: int = 8,
@@ -240,14 +240,14 @@ def free_bytes(path: Path) -> int:
     return 0
 
 
-def _previous_manifest(layout: Layout) -> Manifest | None:
+def _previous_manifest(layout: DiskLayout) -> Manifest | None:
     try:
         return read_manifest(layout.snapshot)
     except ConfigError:
         return None  # unreadable: trust nothing in the folder
 
 
-def _prepare(plan: FetchPlan, layout: Layout, done: frozenset[str], manifest: Manifest) -> None:
+def _prepare(plan: FetchPlan, layout: DiskLayout, done: frozenset[str], manifest: Manifest) -> None:
     """Before the first byte: in a local folder drop files that are not this commit's (so a
     partial fetch can never pass for complete), then write the manifest (atomically)."""
     try:
@@ -264,7 +264,7 @@ def _prepare(plan: FetchPlan, layout: Layout, done: frozenset[str], manifest: Ma
         raise write_error(err, layout.root, "the manifest") from None
 
 
-def _write_ref(layout: Layout, revision: str, sha: str) -> None:
+def _write_ref(layout: DiskLayout, revision: str, sha: str) -> None:
     """refs/REVISION -> SHA, only now that the snapshot is complete: vLLM with HF_HUB_OFFLINE=1
     follows it, so it must never point at a partial snapshot."""
     ref = layout.ref(revision)
@@ -285,7 +285,7 @@ def _state(path: str, done: frozenset[str], partial: Mapping[str, int]) -> str:
     return f"partial {human_bytes(partial[path])}" if path in partial else "fetch"
 
 
-def _summary(plan: FetchPlan, layout: Layout) -> dict[str, Any]:
+def _summary(plan: FetchPlan, layout: DiskLayout) -> dict[str, Any]:
     return {
         "repo": plan.repo,
         "revision": plan.revision,

@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 
 from kit import __version__
 from kit.errors import ConfigError, ExitCode, KitError, ServerError
-from kit.models.fetch import SHA_RE, FetchPlan, Layout, RemoteFile, RepoListing
+from kit.models.fetch import SHA_RE, DiskLayout, FetchPlan, RemoteFile, RepoListing
 from kit.output import human_bytes
 
 if TYPE_CHECKING:
@@ -281,7 +281,7 @@ class Hub:
     def fetch(
         self,
         plan: FetchPlan,
-        layout: Layout,
+        layout: DiskLayout,
         progress: Progress,
         *,
         done: frozenset[str] = frozenset(),
@@ -336,7 +336,7 @@ class Hub:
         self,
         session: requests.Session,
         plan: FetchPlan,
-        layout: Layout,
+        layout: DiskLayout,
         f: RemoteFile,
         progress: Progress,
         stop: threading.Event,

@@ -33,10 +33,10 @@ MODULES = (
     "supervise/main.py",
     "supervise/policy.py",
     "supervise/procs.py",
+    "supervise/ray_alive.py",
     "supervise/protocol.py",
     "supervise/watch.py",
 )
-MAIN = "import sys\nfrom kit.supervise.main import main\nsys.exit(main(sys.argv[1:]))\n"
 _DATE = (1980, 1, 1, 0, 0, 0)
 
 
@@ -44,7 +44,7 @@ _DATE = (1980, 1, 1, 0, 0, 0)
 def build() -> bytes:
     """The zip file's bytes."""
     files = {
-        "__main__.py": MAIN,
+        "__main__.py": (KIT_DIR / "supervise" / "__main__.py").read_text(),
         "kit/__init__.py": f'"""kit\'s supervise bundle (kit {__version__})."""\n\n__version__ = "{__version__}"\n',
     }
     for module in MODULES:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import pkgutil
 import signal
 import subprocess
 import sys
@@ -32,12 +33,14 @@ from kit.supervise import events as ev
 from kit.supervise import policy, protocol, watch
 from kit.supervise.policy import Seen, Settings, State, Tick
 
-# Ray backend: before (re)starting the serve step, every node must be alive in the Ray cluster.
-RAY_ALIVE_PY = (
-    "import sys, ray\n"
-    "ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False)\n"
-    "print('KIT_RAY_ALIVE', sum(1 for n in ray.nodes() if n.get('Alive')))\n"
-)
+
+def ray_alive_source() -> str:
+    """kit/supervise/ray_alive.py's text, from the bundle (a zip) or the package alike. Ray
+    backend: before (re)starting the serve step, every node must be alive in the Ray cluster."""
+    data = pkgutil.get_data("kit.supervise", "ray_alive.py")
+    if data is None:  # only a broken bundle lacks it (kit/supervise/bundle.py MODULES)
+        raise RuntimeError("kit/supervise/ray_alive.py is missing from the supervise bundle")
+    return data.decode()
 
 
 @dataclass(frozen=True)
@@ -355,7 +358,7 @@ class Coordinator:
             return None
         try:
             done = subprocess.run(
-                [sys.executable, "-c", RAY_ALIVE_PY, self.config.ray_address],
+                [sys.executable, "-c", ray_alive_source(), self.config.ray_address],
                 capture_output=True,
                 text=True,
                 timeout=60,

@@ -17,12 +17,10 @@ from typing import Any, Protocol
 
 from kit import proc
 from kit.errors import CommandError, KitError
+from kit.resources import program_source
 from kit.runtime.base import ExecResult, NodeHandle
 from kit.verify import nccl, policy
 from kit.verify.report import VerifyResult
-
-PROBE_PATH = Path(__file__).with_name("probe.py")
-COLLECTIVE_PATH = Path(__file__).with_name("collective.py")
 
 
 class NodeRunner(Protocol):
@@ -40,12 +38,19 @@ class NodeRunner(Protocol):
     ) -> ExecResult: ...
 
 
+# This host runs the probes from their files; containers get their text (program_source).
+PROBE_PATH = Path(__file__).with_name("probe.py")
+COLLECTIVE_PATH = Path(__file__).with_name("collective.py")
+
+
 def probe_source() -> str:
-    return PROBE_PATH.read_text()
+    return program_source("verify/probe.py")
 
 
 def collective_source() -> str:
-    return COLLECTIVE_PATH.read_text()
+    """The collective probe as one program for `python3 -c`: collective.py, then latency.py,
+    whose last lines start it (both docstrings say how)."""
+    return program_source("verify/collective.py") + "\n\n" + program_source("verify/latency.py")
 
 
 # The head's Ray view (kit.commands.status.ray_view + merge_views): one row per Ray node with
@@ -68,6 +73,7 @@ class CollectiveSpec:
     timeout_s: int = 120
     master_port: int | None = None  # None: a free port on one node, 29512 across nodes
     collectives: tuple[str, ...] = ("all-reduce",)  # and/or "all-to-all" (expert parallelism)
+    latency: str = "auto"  # decode latency: auto, off or a method of kit/verify/latency.py (issue 30)
 
     def env(self, *, master_addr: str, node_rank: int, nnodes: int, nproc: int | None) -> dict[str, str]:
         env = {
@@ -78,6 +84,7 @@ class CollectiveSpec:
             "KIT_BUDGET_S": str(self.budget_s),
             "KIT_TIMEOUT_S": str(self.timeout_s),
             "KIT_COLLECTIVES": ",".join(self.collectives),
+            "KIT_LATENCY": self.latency,
         }
         if self.sizes:
             env["KIT_SIZES"] = self.sizes

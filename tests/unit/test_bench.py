@@ -430,7 +430,8 @@ def facts(heads: int, kv_heads: int, experts: int | None = None) -> Any:
 
 
 def test_layout_parsing_and_candidates() -> None:
-    from kit.bench.tune import Layout, candidates, check_fits, parse_layouts
+    from kit.bench.tune import candidates, check_fits, parse_layouts
+    from kit.layout import Layout
 
     assert parse_layouts("tp1, tp2,tp2-pp2,tp1") == [Layout(1), Layout(2), Layout(2, 2)]
     assert parse_layouts("tp1-dp2,tp2_dp8-ep") == [Layout(1, 1, 2), Layout(2, 1, 8, ep=True)]
@@ -466,8 +467,8 @@ def test_layout_parsing_and_candidates() -> None:
 
 def test_tune_refuses_a_layout_kit_up_would_refuse(tmp_path: Path) -> None:
     from kit.bench.trials import check_layout
-    from kit.bench.tune import Layout
     from kit.cluster import Cluster
+    from kit.layout import Layout
     from tests.conftest import make_config
 
     config = make_config(**{"model.tp": 8, "nodes": 2, "gpus_per_node": 8})

@@ -166,8 +166,9 @@ def test_progress_is_an_updating_line_on_a_terminal_and_plain_lines_otherwise(
     assert rc == 0 and "\r" not in ours and ours.endswith("files\n")
     monkeypatch.setattr("kit.output.is_tty", lambda: True)
     rc, _, err = run_kit(fetch_args(tmp_path, "kit/tiny", "--local-dir", str(tmp_path / "d")))
-    ours = err[err.index("\rkit/tiny [") :]
-    assert rc == 0 and "\n" not in ours and ours.endswith("\r")  # one line, rewritten, then cleared
+    ours = err[err.index("\r\x1b[2Kkit/tiny [") :]
+    # one line, rewritten, then cleared (the erase sequence reaches the stream: click stripped it)
+    assert rc == 0 and "\n" not in ours and ours.endswith("\r\x1b[2K")
 
 
 def test_local_dir_gets_plain_files_and_a_manifest_the_check_reads(
