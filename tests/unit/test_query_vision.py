@@ -74,7 +74,7 @@ def server() -> Iterator[tuple[str, list[dict[str, Any]]]]:
             self.reply(200, {"model": body["model"], "choices": [answer], "usage": {"completion_tokens": 2}})
 
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{httpd.server_address[1]}", bodies
