@@ -82,7 +82,7 @@ def router_argv(config: KitConfig, host: str, replicas: list[str], *, workers: b
         "--prometheus-port",
         str(config.ports.router_metrics),
         "--request-timeout-secs",
-        str(max(60, config.timeouts.ready)),
+        str(max(60, config.timeouts.ready_s)),
         "--log-level",
         "warning",
     ]

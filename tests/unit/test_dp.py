@@ -366,7 +366,9 @@ with open(os.environ["KIT_RECORD"], "a") as f:
 def test_dp_launcher_computes_each_nodes_start_rank_inside_the_job(
     node_id: int, start_rank: int | None, tmp_path: Path
 ) -> None:
-    cfg = dp_config(2, "mp", True, runtime="apptainer", image="/images/vllm.sif", hf_token_file=None,
+    sif = tmp_path / "vllm.sif"  # every node checks it can read the image
+    sif.write_bytes(b"")
+    cfg = dp_config(2, "mp", True, runtime="apptainer", image=str(sif), hf_token_file=None,
                     api_key_file=None, hf_cache=str(tmp_path / "hf"))  # fmt: skip
     launcher = tmp_path / "launcher.sh"
     launcher.write_text(plan_launcher(cfg))  # type: ignore[arg-type]
