@@ -278,3 +278,18 @@ def test_kit_slurm_refuses_router_replicas_and_says_why() -> None:
     with pytest.raises(ConfigError) as err:
         check_slurm_config(router_config(2, 1, 1, 2, runtime="docker"), {})
     assert err.value.key == "model.dp_lb" and "SLURM launcher" in str(err.value)
+
+
+def test_partial_node_replicas_hold_their_ports_for_the_host_share_check() -> None:
+    from kit.plan.host_share import host_ports
+
+    config = router_config(1, 8, 2, 4, **{"supervise.enabled": True})
+    assert host_ports(config, HEAD) == {
+        "ports.replica": (8100, 8103),
+        "ports.supervisor": (29570, 29570),
+        "ports.api": (8000, 8000),
+        "ports.router_metrics": (29000, 29000),
+    }
+    spanning = router_config(4, 1, 2, 2)
+    assert host_ports(spanning, Role("worker", 1)) == {}  # a headless part binds nothing of its own
+    assert host_ports(spanning, Role("worker", 2)) == {"ports.replica": (8100, 8100), "ports.mp_master": (29500, 29500)}
