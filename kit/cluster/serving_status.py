@@ -132,6 +132,9 @@ def replicas_status(config: KitConfig, runtime: Runtime, nodes: Sequence[NodeHan
         "engines": [],
         "replicas_serving": len(serving),
     }
+    from kit.plan.supervise import recovery_mechanism
+
+    view["recovery"] = recovery_mechanism(config) if config.supervise.enabled else "none (not supervised)"
     return {"router": view, "server": server}
 
 

@@ -94,6 +94,8 @@ def render_router(router: dict[str, Any]) -> list[str]:
         out.append(f"  replica {row['replica']} (nodes {row['nodes']}): {where}: {routed}, {health}, {serving}")
     for other in router["others"]:
         out.append(f"  routed from another host: {other}")
+    if router.get("recovery"):
+        out.append(f"  {router['recovery']}")
     return out
 
 

@@ -11,7 +11,8 @@ from typing import Any
 
 from kit.config import KitConfig
 from kit.plan.paths import API_KEY_PATH
-from kit.plan.replicas import Replica, replicas_on
+from kit.images.vllm_releases import FAULT_TOLERANCE_SINCE, fmt
+from kit.plan.replicas import Replica, replicas_on, router_mode
 from kit.plan.scripts import SERVE_LOG
 from kit.plan.vllm import REPLICA_HEAD_VAR
 
@@ -107,10 +108,30 @@ def supervised_text(config: KitConfig) -> str:
     """The dry run's supervision lines: kit's own words and numbers only (no configured value
     goes into a comment)."""
     nodes = supervised_nodes(config)
+    if router_mode(config):
+        return (
+            f"# {recovery_mechanism(config)}\n"
+            f"# on a failure: liveness {config.timeouts.liveness} s, at most {config.supervise.max_restarts} "
+            f"restart(s) in a row per replica, backoff {config.supervise.backoff} s doubling"
+        )
     return (
         f"# supervised: an agent on {len(nodes)} node(s) runs each script below in its own process group; "
         f"the coordinator on the head (port {config.ports.supervisor}) restarts the whole group\n"
         f"# on a failure: liveness {config.timeouts.liveness} s, at most {config.supervise.max_restarts} restart(s) "
         f"in a row, backoff {config.supervise.backoff} s doubling, counted afresh after {config.supervise.stable} s "
         "of serving"
+    )
+
+
+def recovery_mechanism(config: KitConfig) -> str:
+    """Which mechanism recovers a failed replica (issue 29), in kit's own words: kit's supervisor,
+    one group per replica. vLLM's own fault tolerance (--enable-fault-tolerance, from 0.27, external
+    load balancer only) keeps the surviving ranks of one DP group going; kit's replicas are no DP
+    group (no rank of one knows another), so it is not used, and the line says so."""
+    vllm = config.vllm.version
+    has = vllm >= FAULT_TOLERANCE_SINCE
+    return (
+        f"recovery: replica-level, by kit's supervisor ({config.dp} replica(s), each drained, restarted alone "
+        f"and readmitted); vLLM's fault tolerance {'exists in' if has else 'is not in'} vLLM {fmt(vllm)} "
+        f"(from {fmt(FAULT_TOLERANCE_SINCE)}) and is not used: the replicas are no DP group"
     )
