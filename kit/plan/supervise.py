@@ -10,8 +10,8 @@ import json
 from typing import Any
 
 from kit.config import KitConfig
-from kit.plan.paths import API_KEY_PATH
 from kit.images.vllm_releases import FAULT_TOLERANCE_SINCE, fmt
+from kit.plan.paths import API_KEY_PATH
 from kit.plan.replicas import Replica, replicas_on, router_mode
 from kit.plan.scripts import SERVE_LOG
 from kit.plan.vllm import REPLICA_HEAD_VAR
