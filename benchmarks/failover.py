@@ -94,13 +94,30 @@ def ttfts(url: str, n: int) -> list[float]:
     return [r.ttft for r in run.records if r.success]
 
 
+def wait_routed(router: str, count: int, timeout: float = 300) -> None:
+    """Every replica in the router and healthy (one that failed right after its first
+    readmission is restarted and readmitted by its coordinator)."""
+    import requests
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = requests.get(f"{router}/workers", headers={"Authorization": f"Bearer {KEY}"}, timeout=10).json()
+        if len(got["workers"]) == count and all(w["is_healthy"] for w in got["workers"]):
+            return
+        time.sleep(2)
+    raise RuntimeError(f"not every replica routed and healthy within {timeout} s")
+
+
 def overhead(router: str, direct: str, n: int, rounds: int) -> dict[str, Any]:
-    via, straight = [], []
-    ttfts(direct, 5)  # warm both paths
-    ttfts(router, 5)
+    via: list[float] = []
+    straight: list[float] = []
+    ttfts(router, 10)  # warm both replicas through the router, then the direct path
+    ttfts(direct, 5)
     for i in range(rounds):
         for which in (router, direct) if i % 2 == 0 else (direct, router):
             (via if which == router else straight).extend(ttfts(which, n))
+    if not via or not straight:
+        raise RuntimeError(f"no answered request to time ({len(via)} via the router, {len(straight)} direct)")
     p50_via, p50_direct = statistics.median(via), statistics.median(straight)
     return {
         "requests": [len(via), len(straight)],
@@ -137,7 +154,9 @@ def main() -> int:
         served = json.loads(kit(["serve", "--supervise", "--detach", "--json"], routed, 900).stdout)["result"]
         url = served["url"]
         head_ip = client.containers.get(f"kit-{name}-head").labels["kit.node-ip"]
+        wait_routed(url, 2)
         out["overhead"] = overhead(url, f"http://{head_ip}:8100", args.overhead_requests, args.rounds)
+        wait_routed(url, 2)
         out["replicas"] = outage(client, name, url, args.rate, "worker-1", "readmitted")
         kit(["down"], routed)  # today's whole-group restart on fresh nodes of the same shape
         for role in ("--worker", "--head"):

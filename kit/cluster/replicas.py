@@ -71,7 +71,16 @@ def ensure_router(
 
 
 def admit(config: KitConfig, router: str, replica: str, on_progress: Callable[[str], None]) -> None:
-    """Put a healthy replica into the router."""
+    """Put a healthy replica into the router, once it has answered one request (a replica whose
+    /health answers may still fail its first request: measured with vLLM's CPU build)."""
+    from kit.health import observe
+
+    answer = observe.probe(replica, config.served_name, api_key_file=config.api_key_file, deadline_s=60)
+    if answer.error is not None:
+        raise StartError(
+            f"replica {replica} answers /health but not a one-token request: {answer.error}",
+            hint="see `kit logs --serve` on its node; fix, then `kit serve --replace`",
+        )
     done = router_api.add(router, replica, client.read_key(config.api_key_file))
     on_progress(f"router: {replica} {'added' if done == 'added' else 'already routed'}")
 

@@ -261,7 +261,11 @@ class Coordinator:
 
         def run() -> None:
             started = self.clock()
-            problem = watch.route(
+            problem = None
+            if action == "add":  # in service only once it answers a request, not only /health
+                answer = self.probe("0")
+                problem = None if answer.error is None else f"it did not answer a one-token request: {answer.error}"
+            problem = problem or watch.route(
                 router, action, self.config.api_url, api_key_path=self.config.api_key_path, deadline_s=40.0
             )
             kind = "drained" if action == "remove" else "readmitted"

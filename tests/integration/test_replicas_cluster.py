@@ -70,6 +70,7 @@ def cluster(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Ite
         assert served.returncode == 0, served.stderr[-3000:]
         url = json.loads(served.stdout)["result"]["url"]
         print(f"\n[replicas] two replicas ready behind {url} in {time.monotonic() - started:.0f} s")
+        both_routed(docker_client, name, url)
         yield {"kit": kit, "name": name, "url": url, "root": root, "docker": docker_client}
     finally:
         kit("down")
@@ -103,6 +104,25 @@ def test_tp2_dp2_over_four_nodes_renders_options_the_images_vllm_has(docker_clie
     known = set(re.findall(r"(--[a-z0-9][a-z0-9-]*)", out.decode(errors="replace")))
     assert flags and flags <= known, sorted(flags - known)
     assert {"--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless"} <= flags
+
+
+def both_routed(docker_client: Any, name: str, url: str, timeout: float = 300) -> None:
+    """Both replicas in the router and healthy (a replica that failed right after its first
+    readmission is restarted and readmitted by its coordinator: wait for it, with the record)."""
+    import requests
+
+    auth = {"Authorization": f"Bearer {KEY}"}
+    end = time.monotonic() + timeout
+    workers: list[Any] = []
+    while time.monotonic() < end:
+        workers = requests.get(f"{url}/workers", headers=auth, timeout=10).json()["workers"]
+        if len(workers) == 2 and all(w["is_healthy"] for w in workers):
+            return
+        time.sleep(2)
+    for which in ("head", "worker-1"):
+        box = docker_client.containers.get(f"kit-{name}-{which}")
+        print(f"[replicas] {which} events:", [(e.kind, e.reason[:120]) for e in rep.replica_events(box)])
+    raise AssertionError(f"both replicas not routed and healthy within {timeout} s: {workers}")
 
 
 def node(c: dict[str, Any], which: str) -> Any:

@@ -253,7 +253,14 @@ def test_the_coordinator_drains_on_detected_and_readmits_on_ready(tmp_path: Path
     config = CoordinatorConfig(
         str(tmp_path), "127.0.0.1", 0, "t", "http://10.0.0.11:8100", "tiny", str(key), settings, router_url=router.url
     )
-    coordinator = Coordinator(config, observe=lambda: None, out=lambda _: None)  # type: ignore[arg-type,return-value]
+    from kit.health.liveness import Probe
+
+    coordinator = Coordinator(
+        config,
+        observe=lambda: None,  # type: ignore[arg-type,return-value]
+        probe=lambda engine: Probe(time.monotonic(), engine, None, 0.01),  # it answers: readmitted
+        out=lambda _: None,
+    )
     try:
         for count, action in enumerate(("remove", "add"), 1):
             coordinator._route(action, ev.Event(time.time(), "detected", "x", 1, 0))
