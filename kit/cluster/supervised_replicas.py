@@ -99,7 +99,8 @@ def serve_replicas_supervised(
 
 def until_admitted(runtime: Runtime, heads: Sequence[NodeHandle], show: Show, *, poll_s: float = 1.0) -> None:
     """Follow every local replica's coordinator until each has put its replica into the router
-    (its first `readmitted`); StartError when one gives up or cannot tell the router."""
+    (its first `readmitted`); StartError when one gives up. A replica that fails its first
+    request (`route-failed`) is restarted by its coordinator and readmitted: waited for."""
     seen = {n.name: 0 for n in heads}
     waiting = {n.name for n in heads}
     while waiting:
@@ -110,7 +111,7 @@ def until_admitted(runtime: Runtime, heads: Sequence[NodeHandle], show: Show, *,
                 show(tagged(node, event))
                 if event.kind == "readmitted":
                     waiting.discard(node.name)
-                elif event.kind in ("given-up", "stopped", "route-failed"):
+                elif event.kind in ("given-up", "stopped"):
                     raise StartError(
                         f"supervision of the replica on {node.name} {event.kind}: {event.reason}",
                         details=list(event.details),

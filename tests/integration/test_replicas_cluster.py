@@ -71,6 +71,9 @@ def cluster(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Ite
         url = json.loads(served.stdout)["result"]["url"]
         print(f"\n[replicas] two replicas ready behind {url} in {time.monotonic() - started:.0f} s")
         both_routed(docker_client, name, url)
+        for which in ("head", "worker-1"):  # the record up to here (a replica may have restarted once)
+            box = docker_client.containers.get(f"kit-{name}-{which}")
+            print(f"[replicas] {which}: {[e.kind for e in rep.replica_events(box)]}")
         yield {"kit": kit, "name": name, "url": url, "root": root, "docker": docker_client}
     finally:
         kit("down")
