@@ -262,9 +262,12 @@ class Coordinator:
         def run() -> None:
             started = self.clock()
             problem = None
-            if action == "add":  # in service only once it answers a request, not only /health
+            for _ in range(3 if action == "add" else 0):  # in service once it answers a request, not only /health
                 answer = self.probe("0")
                 problem = None if answer.error is None else f"it did not answer a one-token request: {answer.error}"
+                if problem is None or self.state.generation != cause.generation or self.state.phase != "serving":
+                    break  # answered, or its failure is being handled (the next `ready` readmits it)
+                time.sleep(3)
             problem = problem or watch.route(
                 router, action, self.config.api_url, api_key_path=self.config.api_key_path, deadline_s=40.0
             )
