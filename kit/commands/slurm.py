@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import click
 
+from kit import safefile
 from kit.cluster.model import ModelCache, check_model_cache, decide_offline, with_offline
 from kit.cluster.resolve import Resolution, check_plan, check_secret_files, refuse_guessed, resolve
 from kit.commands._options import config_options, json_option, layout_options, overrides_from
@@ -183,12 +183,7 @@ def layout_line(resolution: Resolution, cache: ModelCache) -> str:
 
 
 def _write_atomically(path: Path, text: str, *, mode: int = 0o755) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        tmp.write_text(text)
-        tmp.chmod(mode)
-        tmp.replace(path)
+        safefile.write_atomic(path, text, mode=mode)
     except OSError as exc:  # checked above; a full disk or a race still gets one line
         raise ConfigError(f"cannot write {path}: {exc.strerror}", key="--out", hint="write somewhere else") from None
-    finally:
-        tmp.unlink(missing_ok=True)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from kit import safefile
 from kit.cluster import Cluster
 from kit.commands._options import config_options, overrides_from
 from kit.commands._params import Count, KitCommand, Number, writable
@@ -202,7 +202,12 @@ def command(
         progress(f"verify: probing the nodes of cluster {probed.config.cluster}", as_json=as_json)
         result = verify_cluster(probed, expect, spec, collective=not no_collective)
     if junit_path:
-        Path(junit_path).write_text(junit_xml(result))
+        try:
+            safefile.write_atomic(junit_path, junit_xml(result))
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot write {junit_path}: {exc.strerror}", key="--junit", hint="write somewhere else"
+            ) from None
     if not (as_json and result.status == "fail"):
         # On failure with --json the CLI prints one document: the error with the result inside.
         emit("verify", result.to_dict(), as_json=as_json, text=lambda: render_text(result))
