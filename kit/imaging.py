@@ -14,6 +14,7 @@ from kit.errors import KitError
 from kit.output import is_tty, progress
 from kit.plan.vllm_versions import recorded_version
 from kit.runtime.base import BuildPlan, BuildResult, ImageStore, Progress, PullPlan, PullResult
+from kit.safetext import clean
 from kit.state import record_image
 
 
@@ -47,12 +48,12 @@ class _Printer:
             self._summary = event.summary
             if now - self._last >= 0.2:
                 self._last = now
-                click.echo("\r\x1b[2K" + event.summary, nl=False, err=True)
+                click.echo("\r\x1b[2K" + clean(event.summary, newlines=False), nl=False, err=True)
 
     def finish(self) -> None:
         """End the terminal's updating line with the last summary."""
         if self.tty and self._last and self._summary and not self.as_json:
-            click.echo("\r\x1b[2K" + self._summary, err=True)
+            click.echo("\r\x1b[2K" + clean(self._summary, newlines=False), err=True)
 
 
 def pull_image(store: ImageStore, plan: PullPlan, *, as_json: bool) -> PullResult:

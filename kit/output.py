@@ -1,29 +1,52 @@
-"""Result rendering shared by verbs: a JSON envelope for machines, text for people."""
+"""Result rendering shared by verbs: a JSON envelope for machines, text for people.
+
+Everything printed here goes through kit.safetext (issue 27): the secrets kit knows are
+redacted and control characters a server or a file put into the text are shown as escapes, so
+nothing an outside party wrote can reach the terminal raw; JSON is strict (no NaN/Infinity).
+"""
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
 
+from kit import safetext
+from kit.errors import OutputLost
+
 
 def emit(command: str, result: Any, *, as_json: bool, text: str | Callable[[], str]) -> None:
     """Print a command's result: `{"ok": true, "command": ..., "result": ...}` or human text."""
     if as_json:
-        click.echo(json.dumps({"ok": True, "command": command, "result": result}, indent=2, default=str))
+        out(safetext.to_json({"ok": True, "command": command, "result": result}), raw=True)
         return
     rendered = text() if callable(text) else text
     if rendered:
-        click.echo(rendered)
+        out(rendered)
+
+
+def out(text: str, *, nl: bool = True, raw: bool = False) -> None:
+    """Write to standard output (cleaned by kit.safetext unless `raw`: text kit made safe
+    itself); a closed or broken stdout is an OutputLost error, never a silent success."""
+    if sys.stdout is None:
+        raise OutputLost("standard output is closed: kit's output would be lost", hint="run it without >&-")
+    try:
+        click.echo(text if raw else safetext.clean(text), nl=nl)
+    except (OSError, ValueError) as exc:
+        raise output_lost(exc) from None
+
+
+def output_lost(exc: BaseException) -> OutputLost:
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "it is closed"
+    return OutputLost(f"cannot write to standard output ({str(why).lower()}): the output was lost")
 
 
 def progress(message: str, *, as_json: bool = False) -> None:
     """One progress line on stderr (never on stdout, so --json output stays parseable)."""
     if not as_json:
-        click.echo(message, err=True)
+        click.echo(safetext.clean(message), err=True)
 
 
 def warn(warnings: Sequence[str], *, as_json: bool = False) -> None:
@@ -66,19 +89,19 @@ class LiveLine:
             if force or now - self._last >= 0.1:
                 self._last = now
                 self._shown = True
-                click.echo("\r\x1b[2K" + text, nl=False, err=True)
+                click.echo("\r\x1b[2K" + safetext.clean(text, newlines=False), nl=False, err=True)
         elif force or now - self._last >= self.every:
             self._last = now
-            click.echo(text, err=True)
+            click.echo(safetext.clean(text, newlines=False), err=True)
 
     def done(self, text: str | None = None) -> None:
         """Finish the line (a final text replaces it)."""
         if self.quiet:
             return
         if self.tty and self._shown:
-            click.echo("\r\x1b[2K" + (text or ""), nl=bool(text), err=True)
+            click.echo("\r\x1b[2K" + safetext.clean(text or ""), nl=bool(text), err=True)
         elif text:
-            click.echo(text, err=True)
+            click.echo(safetext.clean(text), err=True)
         self._shown = False
 
 
