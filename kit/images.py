@@ -22,11 +22,16 @@ from kit.validate import preview
 # A deliberately small subset of distribution/reference's grammar: enough to split
 # [registry[:port]/]path[:tag][@digest] and reject what the engine would reject anyway.
 _PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_DOMAIN = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]+)?"
+# The first component is a registry only when it looks like one (a dot, a port, localhost), as
+# the engine reads it: `UPPER/name` is a Docker Hub name with an upper-case namespace, refused.
+_LABEL = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+_DOMAIN = rf"(?:(?:localhost|{_LABEL}(?:\.{_LABEL})+|\[[0-9a-fA-F:]+\])(?::[0-9]+)?|{_LABEL}:[0-9]+)"
+# The digests an engine accepts, each with its exact length (a short sha256 is its raw 400).
+_DIGEST = r"sha256:[0-9a-f]{64}|sha384:[0-9a-f]{96}|sha512:[0-9a-f]{128}"
 _REF_RE = re.compile(
     rf"^(?P<repo>(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*)"
     r"(?::(?P<tag>[\w][\w.-]{0,127}))?"
-    r"(?:@(?P<digest>[a-z0-9]+(?:[+._-][a-z0-9]+)*:[0-9a-fA-F]{32,}))?\Z"
+    rf"(?:@(?P<digest>{_DIGEST}))?\Z"
 )
 
 
