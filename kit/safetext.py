@@ -178,4 +178,3 @@ class StreamRedactor:
     def end(self) -> str:
         rest, self._held = self._held, ""
         return clean(rest, newlines=self.newlines)
-
