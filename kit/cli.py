@@ -14,8 +14,9 @@ from typing import Any
 
 import click
 
-from kit import __version__, safetext
+from kit import __version__
 from kit.errors import ExitCode, KitError, OutputLost, UsageError
+from kit.safe import text as safetext
 
 # verb -> (module under kit.commands, one-line help). Order is the order in --help.
 VERBS: dict[str, tuple[str, str]] = {

@@ -12,9 +12,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kit import safeload, safetext
+from kit import safeload
 from kit.errors import ServerError
 from kit.net import http
+from kit.safe import text as safetext
 
 UNREACHABLE_HINT = "is the server up (`kit status`, `kit logs --serve`)? from a laptop, use `kit query --tunnel-hint`"
 ANSWER_BYTES = 4 * 1024 * 1024  # one JSON answer: /v1/models, a whole (not streamed) completion

@@ -22,7 +22,7 @@ The bytes go through kit's bounded HTTP layer (kit/net/http.py, issue 27): each 
 within `transfer_s` (a longer transfer continues with the next request, from where the partial
 file ends), reads at most the size the Hub listed, and five requests in a row that each bring
 less than MIN_PROGRESS give the file up. Partial files and locks are opened without following
-links (kit/safefile.py): a link planted at a blob's `.incomplete` or `.lock` name in a shared
+links (kit/safe/files.py): a link planted at a blob's `.incomplete` or `.lock` name in a shared
 cache is refused, never written through.
 """
 
@@ -40,11 +40,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from kit import __version__, safefile, safetext
+from kit import __version__
 from kit.errors import ConfigError, ExitCode, KitError, ServerError
 from kit.fetch import SHA_RE, FetchPlan, Layout, RemoteFile, RepoListing
 from kit.net import http
 from kit.output import human_bytes
+from kit.safe import files as safefile
+from kit.safe import text as safetext
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 TRANSFER_S = 600.0  # one request for a file's bytes; a longer transfer continues with the next

@@ -14,7 +14,7 @@ from kit.errors import KitError
 from kit.output import is_tty, progress
 from kit.plan.vllm_versions import recorded_version
 from kit.runtime.base import BuildPlan, BuildResult, ImageStore, Progress, PullPlan, PullResult
-from kit.safetext import clean
+from kit.safe.text import clean
 from kit.state import record_image
 
 

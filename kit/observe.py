@@ -10,11 +10,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kit import metrics, safetext
+from kit import metrics
 from kit.client import read_key
 from kit.errors import ServerError
 from kit.liveness import EngineSample, Observation, Probe
 from kit.net import http
+from kit.safe import text as safetext
 
 PROBE_BODY_BYTES = 1024 * 1024  # a one-token answer is < 1 KiB; this only bounds a broken server
 HEALTH_BODY_BYTES = 64 * 1024

@@ -1,6 +1,6 @@
 """Result rendering shared by verbs: a JSON envelope for machines, text for people.
 
-Everything printed here goes through kit.safetext (issue 27): the secrets kit knows are
+Everything printed here goes through kit.safe.text (issue 27): the secrets kit knows are
 redacted and control characters a server or a file put into the text are shown as escapes, so
 nothing an outside party wrote can reach the terminal raw; JSON is strict (no NaN/Infinity).
 """
@@ -13,8 +13,8 @@ from typing import Any
 
 import click
 
-from kit import safetext
 from kit.errors import OutputLost
+from kit.safe import text as safetext
 
 
 def emit(command: str, result: Any, *, as_json: bool, text: str | Callable[[], str]) -> None:
@@ -28,7 +28,7 @@ def emit(command: str, result: Any, *, as_json: bool, text: str | Callable[[], s
 
 
 def out(text: str, *, nl: bool = True, raw: bool = False) -> None:
-    """Write to standard output (cleaned by kit.safetext unless `raw`: text kit made safe
+    """Write to standard output (cleaned by kit.safe.text unless `raw`: text kit made safe
     itself); a closed or broken stdout is an OutputLost error, never a silent success."""
     if sys.stdout is None:
         raise OutputLost("standard output is closed: kit's output would be lost", hint="run it without >&-")

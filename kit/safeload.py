@@ -16,8 +16,9 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kit import safefile, safetext
 from kit.errors import ConfigError
+from kit.safe import files as safefile
+from kit.safe import text as safetext
 
 if TYPE_CHECKING:
     import yaml
@@ -136,7 +137,7 @@ MAX_SECRET_BYTES = 64 * 1024
 
 def read_secret(path: str | Path, *, key: str, source: str | None = None) -> str:
     """The one secret (API key, HF token) in the file `key` names: a regular file of at most
-    64 KiB holding one word. From then on kit.safetext redacts it from everything kit prints or
+    64 KiB holding one word. From then on kit.safe.text redacts it from everything kit prints or
     saves. A file its group or others can read gets a LooseSecretFile warning (chmod 600)."""
     where = str(Path(path).expanduser())
     try:

@@ -3,7 +3,7 @@
 `kit pull`/`kit build` record it; `kit up`/`kit verify` compare a node's image with it.
 One JSON file: $KIT_STATE_DIR/images.json, else $XDG_STATE_HOME/kit/images.json, else
 ~/.local/state/kit/images.json. The state directory may be shared by nodes and users (issue 27):
-a record is added under the file's lock with the file read again (kit/safefile.py), so `kit pull`
+a record is added under the file's lock with the file read again (kit/safe/files.py), so `kit pull`
 on several nodes at once keeps every node's entry; the file is replaced by one atomic rename
 that no planted link redirects, and read through the bounded loader (a FIFO or a deeply nested
 file is one error line, not a hang or a traceback).
@@ -16,8 +16,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from kit import __version__, safefile, safeload, safetext
+from kit import __version__, safeload
 from kit.errors import ConfigError, KitError
+from kit.safe import files as safefile
+from kit.safe import text as safetext
 
 MAX_RECORD_BYTES = 16 * 1024 * 1024  # thousands of records are a few hundred kB
 

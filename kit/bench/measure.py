@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kit import safetext
 from kit.bench import metrics, results
 from kit.bench.dataset import Prompt
 from kit.bench.runner import BUDGET_STOP, Runner, Target
@@ -17,6 +16,7 @@ from kit.bench.schedule import LoadPoint
 from kit.errors import ServerError
 from kit.net import http
 from kit.output import LiveLine, bar
+from kit.safe import text as safetext
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kit import __version__, safefile, safeload, safetext
+from kit import __version__, safeload
 from kit.errors import ConfigError, KitError
+from kit.safe import files as safefile
+from kit.safe import text as safetext
 
 KIND = "kit-bench"
 SCHEMA_VERSION = 1
@@ -68,7 +70,7 @@ def default_path(state_dir: Path, label: str) -> Path:
 
 
 def save(doc: dict[str, Any], path: Path) -> Path:
-    """Atomic write (kit.safefile: temp file + rename, no link followed): a Ctrl-C never leaves
+    """Atomic write (kit.safe.files: temp file + rename, no link followed): a Ctrl-C never leaves
     half a document. Strict JSON (NaN and Infinity as null) with every secret kit knows
     redacted, whatever a server echoed into an error: results files get shared."""
     try:

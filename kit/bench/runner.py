@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kit import safeload, safetext
+from kit import safeload
 from kit.bench.client import (
     LIMITS,
     Connection,
@@ -37,6 +37,7 @@ from kit.bench.client import (
 from kit.bench.dataset import Prompt
 from kit.bench.metrics import RequestRecord
 from kit.bench.schedule import LoadPoint, arrivals
+from kit.safe import text as safetext
 
 # Requests in flight at once, one connection each (a file descriptor at both ends): kit bench
 # refuses loads that would need more (build_load) rather than cap them silently and record a
@@ -389,13 +390,16 @@ class Runner:
         error_body = bytearray()
         last = now = record.start
         finished = False  # saw [DONE]: a stream that ended by itself, not one stop() cut
-        while not parser.done:
-            piece = await conn.receive()
-            if piece is None:
-                body = parser.end()  # raises when the answer was cut short
+        while not parser.done or parser.pending:
+            if parser.pending:  # a compressed body, inflated a step at a time (kit/net/wire.py)
+                body = parser.drain()
             else:
-                now, raw = piece
-                body = parser.feed(raw)
+                piece = await conn.receive()
+                if piece is None:
+                    body = parser.end()  # raises when the answer was cut short
+                else:
+                    now, raw = piece
+                    body = parser.feed(raw)
             if parser.status is None:
                 continue
             if parser.status != 200:

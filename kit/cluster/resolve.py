@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kit import safefile, safeload, validate
+from kit import safeload, validate
 from kit.config import KitConfig, Resolved, build, coerce, load_config
 from kit.config_schema import SCHEMA
 from kit.errors import ConfigError, KitError
 from kit.plan.layout import Layout, ModelFacts, plan_layout
 from kit.plan.vllm_versions import parse_version
+from kit.safe import files as safefile
 from kit.safeload import LooseSecretFile
 
 Overrides = Mapping[str, tuple[Any, str]]  # dotted key -> (value, where it came from)

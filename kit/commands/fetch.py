@@ -15,7 +15,6 @@ from typing import Any
 
 import click
 
-from kit import safefile, safetext
 from kit.cluster.resolve import resolve
 from kit.commands._options import cluster_overrides, config_options, json_option
 from kit.commands._params import KitCommand, Number
@@ -39,6 +38,8 @@ from kit.fetch import (
 from kit.hub import Hub, NoSpace, Progress, endpoint_from_env, write_error
 from kit.model_state import models_file, record_model
 from kit.output import LiveLine, bar, emit, human_bytes, table
+from kit.safe import files as safefile
+from kit.safe import text as safetext
 from kit.safeload import read_secret
 
 HELP = """Download a model once into the shared HF cache (or --local-dir) and check it is complete.

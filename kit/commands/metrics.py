@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from kit import metrics, observe, safefile, validate
+from kit import metrics, observe, validate
 from kit.cluster import Cluster
 from kit.commands._options import cluster_overrides, config_options, json_option
 from kit.commands._params import KitCommand, Number
@@ -21,6 +21,7 @@ from kit.errors import ConfigError, KitError
 from kit.liveness import plan_engines
 from kit.output import emit, out, table
 from kit.runtime.base import NodeHandle
+from kit.safe import files as safefile
 
 
 def _finite_interval(ctx: click.Context, param: click.Parameter, value: float) -> float:
@@ -209,7 +210,7 @@ def _write_targets(config: KitConfig, nodes: list[NodeHandle], path: str, *, as_
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    """The whole file or nothing (kit.safefile): Prometheus re-reads file_sd files when they change."""
+    """The whole file or nothing (kit.safe.files): Prometheus re-reads file_sd files when they change."""
     try:
         safefile.write_atomic(path, text, mode=0o644)
     except OSError as exc:

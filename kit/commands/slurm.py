@@ -7,7 +7,6 @@ from typing import Any
 
 import click
 
-from kit import safefile
 from kit.cluster.model import ModelCache, check_model_cache, decide_offline, with_offline
 from kit.cluster.resolve import Resolution, check_plan, check_secret_files, refuse_guessed, resolve
 from kit.commands._options import config_options, json_option, layout_options, overrides_from
@@ -16,6 +15,7 @@ from kit.errors import ConfigError
 from kit.output import emit, progress, warn
 from kit.plan.slurm import SERVER_READY_MARK, check_slurm_config, plan_slurm_files
 from kit.render import shell_words
+from kit.safe import files as safefile
 
 FLAG_KEYS = {
     "cluster": "cluster",

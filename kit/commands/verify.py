@@ -9,13 +9,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from kit import safefile
 from kit.cluster import Cluster
 from kit.commands._options import config_options, overrides_from
 from kit.commands._params import Count, KitCommand, Number, writable
 from kit.errors import ConfigError, UsageError
 from kit.output import emit, progress
 from kit.plan.exposure import exposures
+from kit.safe import files as safefile
 from kit.verify import policy
 from kit.verify.policy import EXPECTS
 from kit.verify.report import VerifyResult, junit_xml, raise_if_failed, render_text

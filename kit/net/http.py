@@ -36,9 +36,10 @@ from typing import Any
 from urllib.parse import SplitResult, unquote, urljoin, urlsplit
 from urllib.request import getproxies_environment, proxy_bypass
 
-from kit import __version__, safeload, safetext
+from kit import __version__, safeload
 from kit.errors import ServerError
 from kit.net.wire import DEFAULT, ConnectionLost, Limits, ProtocolError, ResponseParser, SSEReader
+from kit.safe import text as safetext
 
 __all__ = [
     "DEFAULT",
@@ -186,10 +187,13 @@ class Exchange:
             if early:
                 yield early
         self._early = []
-        while not self.parser.done:
+        while not self.parser.done or self.parser.pending:
             with self._errors():
-                data = self._recv()
-                piece = self.parser.feed(data) if data else self.parser.end()
+                if self.parser.pending:  # a compressed body, inflated a step at a time
+                    piece = self.parser.drain()
+                else:
+                    data = self._recv()
+                    piece = self.parser.feed(data) if data else self.parser.end()
             if piece:
                 yield piece
 

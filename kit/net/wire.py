@@ -12,12 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from kit import safetext
+from kit.safe import text as safetext
 
 _CONTENT_LENGTH = re.compile(r"[0-9]{1,19}\Z")
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,15}\Z")
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+\Z")
 _MAX_INTERIM = 8  # 100 Continue and friends before the real answer
+DECODE_STEP = 1 << 20  # inflated bytes one feed() or drain() returns at most
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,8 @@ class ResponseParser:
         self._mode = "head"  # head, size, data, crlf, trailer, length, close
         self._left = 0
         self._decoder: Any = None
+        self._tail = b""  # compressed input not inflated yet (drain)
+        self._flush_due = False
         self._interim = 0
         self._trailers = 0
 
@@ -234,20 +237,34 @@ class ResponseParser:
         if self._buf:
             self.keep_alive = False
 
+    @property
+    def pending(self) -> bool:
+        """Compressed bytes wait to be inflated: call drain() (feed returns at most DECODE_STEP
+        bytes of inflated body per call, so a bomb never lands in memory at once)."""
+        return bool(self._tail)
+
+    def drain(self) -> bytes:
+        """The next DECODE_STEP (at most) of a compressed body already received."""
+        return self._decode(b"", flush=self._flush_due) if self._tail else b""
+
     def _decode(self, data: bytes, flush: bool = False) -> bytes:
         room = self.limits.body_bytes - self.decoded
         if self._decoder is None:
             out = data
         else:
+            self._flush_due = self._flush_due or flush or self.done
             try:
-                # max_length: a bomb inflates at most one byte past the bound before it is seen
-                out = self._decoder.decompress(data, room + 1) if data else b""
-                if self._decoder.unconsumed_tail:
-                    raise ProtocolError(f"sent more than {self.limits.body_bytes} bytes once decompressed")
-                if flush or self.done:
+                # max_length: at most one step at a time, and a bomb inflates at most one byte
+                # past the bound before it is seen
+                src = self._tail + data if self._tail else data
+                out = self._decoder.decompress(src, min(room + 1, DECODE_STEP)) if src else b""
+                self._tail = self._decoder.unconsumed_tail
+                if self._flush_due and not self._tail:
                     out += self._decoder.flush()
             except zlib.error:
                 raise ProtocolError("sent a compressed body that does not decode") from None
+            if len(out) > room:
+                raise ProtocolError(f"sent more than {self.limits.body_bytes} bytes once decompressed")
         if len(out) > room:
             raise ProtocolError(f"sent more than {self.limits.body_bytes} bytes")
         self.decoded += len(out)

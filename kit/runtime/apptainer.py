@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kit import proc, safefile, safeload, safetext
+from kit import proc, safeload
 from kit.errors import CommandError, ConfigError, ImageError, KitError, RuntimeUnavailable, StartError
 from kit.images import ContextPlan
 from kit.plan.container_args import (
@@ -62,6 +62,8 @@ from kit.runtime.base import (
     PullPlan,
     PullResult,
 )
+from kit.safe import files as safefile
+from kit.safe import text as safetext
 
 BINARIES = ("apptainer", "singularity")  # Apptainer installs `singularity` as an alias
 digest_from = files.digest_from

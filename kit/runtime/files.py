@@ -18,9 +18,11 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from kit import __version__, safefile, safeload, safetext
+from kit import __version__, safeload
 from kit.errors import ConfigError
 from kit.runtime.base import ImageFile, ImageInfo
+from kit.safe import files as safefile
+from kit.safe import text as safetext
 
 DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 URI_RE = re.compile(r"^(docker|docker-daemon|oras|library|https?|shub)://")

@@ -169,8 +169,8 @@ def _fetch_config(model: str, token: str | None) -> dict[str, Any]:
         raise ConfigError(
             f"{model!r} is not a Hub model id", key="model", hint="use org/name, e.g. meta-llama/Llama-3.1-8B"
         )
-    from kit import safetext
     from kit.net import http  # only when the user asked to go online
+    from kit.safe import text as safetext
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")

@@ -35,8 +35,9 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
-from kit import liveness, safefile, safeload
+from kit import liveness, safeload
 from kit.errors import ConfigError
+from kit.safe import files as safefile
 from kit.supervise import events as ev
 from kit.supervise import policy, protocol, watch
 from kit.supervise.control import MAX_CONNECTIONS, REQUEST_S, ControlServer

@@ -13,10 +13,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kit import metrics, safeload, safetext
+from kit import metrics, safeload
 from kit.errors import ConfigError, ServerError
 from kit.liveness import EngineSample, Observation, Probe
 from kit.net import http
+from kit.safe import text as safetext
 
 DP_RANK_HEADER = "X-data-parallel-rank"  # as kit/observe.py: vLLM routes the request to that rank
 

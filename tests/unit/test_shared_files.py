@@ -1,5 +1,5 @@
 """Files in places other users share (issue 27), on a real directory: kit writes without following
-links planted there (kit/safefile.py), updates its record files under a lock with a re-read so
+links planted there (kit/safe/files.py), updates its record files under a lock with a re-read so
 several kit processes at once keep each other's entries, reads state files through the bounded
 loaders (a FIFO or a deeply nested file is one error, not a hang or a traceback), and warns
 about a secret file others can read."""
@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from kit import safefile, safeload
+from kit import safeload
 from kit.errors import ConfigError, KitError
 from kit.model_state import models_file, recorded_model
+from kit.safe import files as safefile
 from kit.state import images_file, record_image, recorded_image
 from tests.conftest import ROOT, run_kit, write_secret
 
