@@ -1,9 +1,10 @@
 """Result rendering shared by verbs: a JSON envelope for machines, text for people.
 
+Standard library only (no click), so the layers below the verbs can be imported without the CLI.
 Everything printed here goes through kit.safe.text (issue 27): the secrets kit knows are
 redacted and control characters a server or a file put into the text are shown as escapes, so
-nothing an outside party wrote can reach the terminal raw; JSON is strict (no NaN/Infinity).
-"""
+nothing an outside party wrote can reach the terminal raw; JSON is strict (no NaN/Infinity). A
+closed or broken standard output is an OutputLost error, never a silent success."""
 
 from __future__ import annotations
 
@@ -11,10 +12,19 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import click
-
 from kit.errors import OutputLost
 from kit.safe import text as safetext
+
+
+def echo(text: str, *, err: bool = False, nl: bool = True) -> None:
+    """Write as it is (callers clean what came from outside: out(), progress())."""
+    stream = sys.stderr if err else sys.stdout
+    if stream is None:
+        if err:
+            return  # no stderr: nothing to tell
+        raise OutputLost("standard output is closed: kit's output would be lost", hint="run it without >&-")
+    stream.write(text + ("\n" if nl else ""))
+    stream.flush()
 
 
 def emit(command: str, result: Any, *, as_json: bool, text: str | Callable[[], str]) -> None:
@@ -30,10 +40,8 @@ def emit(command: str, result: Any, *, as_json: bool, text: str | Callable[[], s
 def out(text: str, *, nl: bool = True, raw: bool = False) -> None:
     """Write to standard output (cleaned by kit.safe.text unless `raw`: text kit made safe
     itself); a closed or broken stdout is an OutputLost error, never a silent success."""
-    if sys.stdout is None:
-        raise OutputLost("standard output is closed: kit's output would be lost", hint="run it without >&-")
     try:
-        click.echo(text if raw else safetext.clean(text), nl=nl)
+        echo(text if raw else safetext.clean(text), nl=nl)
     except (OSError, ValueError) as exc:
         raise output_lost(exc) from None
 
@@ -46,7 +54,7 @@ def output_lost(exc: BaseException) -> OutputLost:
 def progress(message: str, *, as_json: bool = False) -> None:
     """One progress line on stderr (never on stdout, so --json output stays parseable)."""
     if not as_json:
-        click.echo(safetext.clean(message), err=True)
+        echo(safetext.clean(message), err=True)
 
 
 def warn(warnings: Sequence[str], *, as_json: bool = False) -> None:
@@ -89,19 +97,19 @@ class LiveLine:
             if force or now - self._last >= 0.1:
                 self._last = now
                 self._shown = True
-                click.echo("\r\x1b[2K" + safetext.clean(text, newlines=False), nl=False, err=True)
+                echo("\r\x1b[2K" + safetext.clean(text, newlines=False), nl=False, err=True)
         elif force or now - self._last >= self.every:
             self._last = now
-            click.echo(safetext.clean(text, newlines=False), err=True)
+            echo(safetext.clean(text, newlines=False), err=True)
 
     def done(self, text: str | None = None) -> None:
         """Finish the line (a final text replaces it)."""
         if self.quiet:
             return
         if self.tty and self._shown:
-            click.echo("\r\x1b[2K" + safetext.clean(text or ""), nl=bool(text), err=True)
+            echo("\r\x1b[2K" + safetext.clean(text or ""), nl=bool(text), err=True)
         elif text:
-            click.echo(safetext.clean(text), err=True)
+            echo(safetext.clean(text), err=True)
         self._shown = False
 
 

@@ -1,12 +1,12 @@
-"""kit's small on-disk state: the image each ref resolved to when it was pulled or built.
+"""kit's small on-disk state: where it lives and the one record-file store.
 
-`kit pull`/`kit build` record it; `kit up`/`kit verify` compare a node's image with it.
-One JSON file: $KIT_STATE_DIR/images.json, else $XDG_STATE_HOME/kit/images.json, else
-~/.local/state/kit/images.json. The state directory may be shared by nodes and users (issue 27):
-a record is added under the file's lock with the file read again (kit/safe/files.py), so `kit pull`
-on several nodes at once keeps every node's entry; the file is replaced by one atomic rename
-that no planted link redirects, and read through the bounded loader (a FIFO or a deeply nested
-file is one error line, not a hang or a traceback).
+The state folder is $KIT_STATE_DIR, else $XDG_STATE_HOME/kit, else ~/.local/state/kit. Record
+files (images.json: kit/images/records.py; models.json: kit/models/records.py) map a key to a
+JSON record. The folder may be shared by nodes and users (issue 27): a record is added under the
+file's lock with the file read again (kit/safe/files.py), so `kit pull`/`kit fetch` on several
+nodes at once keep every node's entry; the file is replaced by one atomic rename that no planted
+link redirects, and read through the bounded loader (a FIFO or a deeply nested file is one error
+line, not a hang or a traceback).
 """
 
 from __future__ import annotations
@@ -31,10 +31,6 @@ def state_dir() -> Path:
     xdg = os.environ.get("XDG_STATE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "state"
     return base / "kit"
-
-
-def images_file() -> Path:
-    return state_dir() / "images.json"
 
 
 def read_records(path: Path, what: str, rewritten_by: str) -> dict[str, Any]:
@@ -69,14 +65,3 @@ def write_record(path: Path, key: str, fields: dict[str, Any], what: str, rewrit
             hint="set KIT_STATE_DIR to a writable folder",
         ) from None
     return record
-
-
-def record_image(ref: str, digest: str, **extra: Any) -> dict[str, Any]:
-    """Remember what `ref` resolved to; returns the record written."""
-    return write_record(images_file(), ref, {"ref": ref, "digest": digest, **extra}, "image", "kit pull/build")
-
-
-def recorded_image(ref: str) -> dict[str, Any] | None:
-    """The record of `ref`, or None when kit never pulled or built it here."""
-    record = read_records(images_file(), "image", "kit pull/build").get(ref)
-    return record if isinstance(record, dict) else None

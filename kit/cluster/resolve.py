@@ -19,10 +19,11 @@ from typing import Any
 
 from kit import safeload, validate
 from kit.config import KitConfig, Resolved, build, coerce, load_config
-from kit.config_schema import SCHEMA
+from kit.config.schema import SCHEMA
 from kit.errors import ConfigError, KitError
-from kit.plan.layout import Layout, ModelFacts, plan_layout
-from kit.plan.vllm_versions import parse_version
+from kit.images.vllm_releases import parse_version
+from kit.layout import Layout
+from kit.plan.layout import ModelFacts, plan_layout
 from kit.safe import files as safefile
 from kit.safeload import LooseSecretFile
 
@@ -69,13 +70,13 @@ def resolve(
 
 def recorded_version(resolved: Resolved) -> Resolved:
     """`vllm_version: auto` and kit pulled or built the image here: the release it recorded then
-    (kit.state; the image's label, build argument or tag: kit.plan.vllm_versions), so an image
+    (kit.state; the image's label, build argument or tag: kit.images.vllm_releases), so an image
     tagged `latest` or `test` still renders for its own release. Otherwise the image tag decides
     (KitConfig.vllm)."""
     config = resolved.config
     if config.vllm_version != "auto":
         return resolved
-    from kit.state import recorded_image
+    from kit.images.records import recorded_image
 
     try:
         record = recorded_image(config.image) or {}
@@ -93,7 +94,7 @@ def recorded_version(resolved: Resolved) -> Resolved:
 
 def apply_layout(resolved: Resolved, model: ModelFacts | None) -> Resolution:
     """The planner's layout written into the config, so every planner after this one reads
-    numbers, and `layout_from` records how it was decided (kit.labels, --dry-run). `kit config
+    numbers, and `planned` records it with how it was decided (kit.labels, --dry-run). `kit config
     show` reports model.tp/pp as decided by kit plan when the model's files decided them, and
     model.dp when it was auto."""
     config = resolved.config
@@ -106,7 +107,7 @@ def apply_layout(resolved: Resolved, model: ModelFacts | None) -> Resolution:
     if values["model.dp"] == "auto":
         values["model.dp"], sources["model.dp"] = layout.dp, SOURCE_DP
     modeled = dataclasses.replace(config.model, tp=layout.tp, pp=layout.pp, dp=layout.dp)
-    applied = config.replace(model=modeled, layout_from=layout.decided_by)
+    applied = config.replace(model=modeled, planned=layout)
     return Resolution(Resolved(applied, values, sources, resolved.path), layout, model)
 
 

@@ -11,6 +11,7 @@ from kit.cluster import Cluster, NodePlan
 from kit.cluster.resolve import guessed_warning
 from kit.commands._options import config_options, json_option, layout_options, overrides_from, role_from_flags
 from kit.commands._params import KitCommand
+from kit.images.vllm_releases import unknown_warning
 from kit.output import emit, progress, warn
 from kit.plan.container_args import (
     to_apptainer_env,
@@ -21,7 +22,6 @@ from kit.plan.container_args import (
 )
 from kit.plan.exposure import exposures
 from kit.plan.vllm import serves_api
-from kit.plan.vllm_versions import unknown_warning
 from kit.render import shell_quote, shell_words
 from kit.runtime import check_local
 
@@ -116,7 +116,7 @@ def command(
         )
         return
     say = functools.partial(progress, as_json=as_json)
-    from kit.supervise.hooks import sigterm_as_interrupt
+    from kit.commands._signals import sigterm_as_interrupt
 
     with sigterm_as_interrupt():  # issue 18: SIGTERM (a scheduler, `kill`) cleans up like Ctrl-C
         result = cluster.up(

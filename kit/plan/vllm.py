@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kit.config import KitConfig
-from kit.plan import vllm_versions as versions
+from kit.images import vllm_releases as versions
 from kit.plan.roles import Role
 from kit.render import Arg, EnvRef, option, positional
 

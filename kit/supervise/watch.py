@@ -1,8 +1,8 @@
 """The coordinator's view of the server, through kit's bounded HTTP layer (kit/net/http.py,
 standard library only: it runs in the head container, where kit and `requests` may be missing):
-/health, /metrics parsed by kit/metrics.py, and the one-token probe pinned to one engine. The
-same questions kit/observe.py asks from the host; the answers are the same kit/liveness.py
-types, judged the same way.
+/health, /metrics parsed by kit/health/prometheus.py, and the one-token probe pinned to one
+engine. The same questions kit/health/observe.py asks from the host; the answers are the same
+kit/health/liveness.py types, judged the same way.
 
 Proxies from the environment are ignored: the server is on this node's own IP.
 """
@@ -13,13 +13,14 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kit import metrics, safeload
+from kit import safeload
 from kit.errors import ConfigError, ServerError
-from kit.liveness import EngineSample, Observation, Probe
+from kit.health import prometheus as metrics
+from kit.health.liveness import EngineSample, Observation, Probe
 from kit.net import http
 from kit.safe import text as safetext
 
-DP_RANK_HEADER = "X-data-parallel-rank"  # as kit/observe.py: vLLM routes the request to that rank
+DP_RANK_HEADER = "X-data-parallel-rank"  # as kit/health/observe.py: vLLM routes the request to that rank
 
 
 def fetch(

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from kit.liveness import EngineSample, Observation, Probe
+from kit.health.liveness import EngineSample, Observation, Probe
 from kit.supervise import protocol
 from kit.supervise.coordinator import Coordinator, CoordinatorConfig
 from kit.supervise.policy import Settings

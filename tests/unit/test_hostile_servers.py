@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from kit import client, observe
+from kit.health import observe
+from kit.net import openai as client
 from kit.bench import dataset, schedule
 from kit.bench.runner import Runner, Target
 from kit.errors import ExitCode, ServerError

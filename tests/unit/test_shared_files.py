@@ -17,9 +17,9 @@ import pytest
 
 from kit import safeload
 from kit.errors import ConfigError, KitError
-from kit.model_state import models_file, recorded_model
+from kit.images.records import images_file, record_image, recorded_image
+from kit.models.records import models_file, recorded_model
 from kit.safe import files as safefile
-from kit.state import images_file, record_image, recorded_image
 from tests.conftest import ROOT, run_kit, write_secret
 
 
@@ -91,7 +91,7 @@ def _raises(call: object) -> BaseException | None:
 
 RECORDER = """
 import sys
-from kit.model_state import record_model
+from kit.models.records import record_model
 who, count = sys.argv[1], int(sys.argv[2])
 for i in range(count):
     record_model(f"org/{who}-{i}", "main", sha="0" * 40, path="/x", complete=True, bytes=1)

@@ -1,5 +1,5 @@
 """Version-aware rendering (issue 19): kit learns the image's vLLM release and renders and checks
-the multi-node options that changed between releases from one table (kit.plan.vllm_versions)."""
+the multi-node options that changed between releases from one table (kit.images.vllm_releases)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from kit.cluster.resolve import resolve
 from kit.config import KitConfig
 from kit.errors import ConfigError
-from kit.plan import vllm_versions as versions
+from kit.images import vllm_releases as versions
 from kit.plan.checks import check_config
 from kit.plan.network import NodeNet
 from kit.plan.node import node_env, node_mounts
@@ -214,7 +214,7 @@ def test_the_goldens_differ_where_the_table_says() -> None:
 
 def test_pull_and_build_record_the_release(monkeypatch: pytest.MonkeyPatch, kit_state_dir: Path) -> None:
     """Through `kit pull`/`kit build` with the fake Docker engine of test_pull_build (no registry)."""
-    from kit import state
+    from kit.images import records as state
     from tests.unit.test_pull_build import LAYER_EVENTS, FakeEngine, use_engine
 
     use_engine(monkeypatch, FakeEngine(LAYER_EVENTS))

@@ -8,14 +8,12 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 
-import click
-
 from kit.errors import KitError
-from kit.output import is_tty, progress
-from kit.plan.vllm_versions import recorded_version
+from kit.images.records import record_image
+from kit.images.vllm_releases import recorded_version
+from kit.output import echo, is_tty, progress
 from kit.runtime.base import BuildPlan, BuildResult, ImageStore, Progress, PullPlan, PullResult
 from kit.safe.text import clean
-from kit.state import record_image
 
 
 class _Printer:
@@ -48,12 +46,12 @@ class _Printer:
             self._summary = event.summary
             if now - self._last >= 0.2:
                 self._last = now
-                click.echo("\r\x1b[2K" + clean(event.summary, newlines=False), nl=False, err=True)
+                echo("\r\x1b[2K" + clean(event.summary, newlines=False), nl=False, err=True)
 
     def finish(self) -> None:
         """End the terminal's updating line with the last summary."""
         if self.tty and self._last and self._summary and not self.as_json:
-            click.echo("\r\x1b[2K" + clean(self._summary, newlines=False), err=True)
+            echo("\r\x1b[2K" + clean(self._summary, newlines=False), err=True)
 
 
 def pull_image(store: ImageStore, plan: PullPlan, *, as_json: bool) -> PullResult:
@@ -68,7 +66,7 @@ def pull_image(store: ImageStore, plan: PullPlan, *, as_json: bool) -> PullResul
 
 
 def _version_fields(store: ImageStore, ref: str, buildargs: Mapping[str, str]) -> dict[str, str]:
-    """The vLLM release of the image for kit's record (kit.plan.vllm_versions: its label, the
+    """The vLLM release of the image for kit's record (kit.images.vllm_releases: its label, the
     build argument that chose it, or its tag), so `kit up`/`kit serve` render for it."""
     try:
         info = store.image_info(ref)
