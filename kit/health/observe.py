@@ -13,8 +13,8 @@ from typing import Any
 from kit.errors import ServerError
 from kit.health import prometheus as metrics
 from kit.health.liveness import EngineSample, Observation, Probe
-from kit.net.openai import read_key
 from kit.net import http
+from kit.net.openai import read_key
 from kit.safe import text as safetext
 
 PROBE_BODY_BYTES = 1024 * 1024  # a one-token answer is < 1 KiB; this only bounds a broken server

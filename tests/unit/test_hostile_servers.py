@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-from kit.health import observe
-from kit.net import openai as client
 from kit.bench import dataset, schedule
 from kit.bench.runner import Runner, Target
 from kit.errors import ExitCode, ServerError
+from kit.health import observe
+from kit.net import openai as client
 from kit.safe import text as safetext
 from tests.conftest import ROOT, run_kit, write_secret
 from tests.hostile_server import ESCAPES, HostileServer
