@@ -20,7 +20,7 @@ import yaml
 from kit import safeload, validate
 from kit.config_schema import SCHEMA
 from kit.errors import ConfigError
-from kit.plan.vllm_versions import Target, target_version
+from kit.images.vllm_releases import Target, target_version
 
 if TYPE_CHECKING:
     from kit.plan.layout import Layout
@@ -129,6 +129,7 @@ class KitConfig:
     head_address: str | None
     node_ip: str
     interface: str
+    api_listen: str
     infiniband: str
     network: str | None
     network_subnet: str
@@ -154,6 +155,9 @@ class KitConfig:
     layout_from: str | None = None
     # Where kit.cluster.resolve learnt `vllm_version` when the config said auto (kit's image record).
     vllm_version_from: str | None = None
+    # The image's `vllm serve` options, from its recorded facts (kit.images.facts; set by
+    # kit.cluster.resolve): where known, the image's parser decides what kit renders (issue 24).
+    image_options: frozenset[str] | None = None
 
     @property
     def tp(self) -> int:
@@ -189,7 +193,7 @@ class KitConfig:
 
     @property
     def vllm(self) -> Target:
-        """The vLLM release kit renders and checks for (kit.plan.vllm_versions)."""
+        """The vLLM release kit renders and checks for (kit.images.vllm_releases)."""
         return target_version(self.vllm_version, self.image, self.vllm_version_from)
 
     @property

@@ -11,10 +11,10 @@ from kit.cluster import Cluster, ServePlan
 from kit.cluster.resolve import guessed_warning
 from kit.commands._options import config_options, json_option, overrides_from
 from kit.commands._params import KitCommand
+from kit.images.vllm_releases import unknown_warning
 from kit.output import emit, progress, warn
 from kit.plan.exposure import exposures
 from kit.plan.layout import Layout
-from kit.plan.vllm_versions import unknown_warning
 from kit.render import shell_quote
 
 FLAG_KEYS = {
@@ -118,6 +118,8 @@ def command(
             text=lambda: prefix + dry_run_text(plan),
         )
         return
+    cluster.ensure_image(say)  # issue 24: an image kit never saw is probed now, before anything starts
+    config = cluster.config
     drift = cluster.layout_drift()
     warnings += [drift] if drift else []
     from kit.supervise.hooks import sigterm_as_interrupt

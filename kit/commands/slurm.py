@@ -12,8 +12,10 @@ from kit.cluster.model import ModelCache, check_model_cache, decide_offline, wit
 from kit.cluster.resolve import Resolution, check_plan, check_secret_files, refuse_guessed, resolve
 from kit.commands._options import config_options, json_option, layout_options, overrides_from
 from kit.commands._params import KitCommand, writable
+from kit.config import KitConfig
 from kit.errors import ConfigError
 from kit.output import emit, progress, warn
+from kit.plan.image_check import unchecked_warning
 from kit.plan.slurm import SERVER_READY_MARK, check_slurm_config, plan_slurm_files
 from kit.render import shell_words
 
@@ -122,10 +124,10 @@ def command(
     path = Path(out_path or f"kit-{config.cluster}.sbatch")
     launcher, *edfs = files = plan_slurm_files(config, str(path), exclusive=exclusive)
     text = files[launcher]
-    layout = {**layout_fields(resolution), "model_cache": cache.to_dict(), "warnings": _warnings(cache)}
+    layout = {**layout_fields(resolution), "model_cache": cache.to_dict(), "warnings": _warnings(cache, config)}
     if out_path is None and not submit:
         progress(layout_line(resolution, cache), as_json=as_json)
-        warn(_warnings(cache), as_json=as_json)
+        warn(_warnings(cache, config), as_json=as_json)
         extra = {"edf": {p: files[p] for p in edfs}} if edfs else {}
         shown = "".join([text, *(f"# ---- kit: {p} (environment definition) ----\n{files[p]}" for p in edfs)])
         emit("slurm", {"launcher": text, **extra, **layout}, as_json=as_json, text=shown.rstrip("\n"))
@@ -138,7 +140,7 @@ def command(
     if edfs:
         result["edf"] = edfs
     progress(layout_line(resolution, cache), as_json=as_json)
-    warn(_warnings(cache), as_json=as_json)
+    warn(_warnings(cache, config), as_json=as_json)
     if not submit:
         emit("slurm", result, as_json=as_json, text=f"wrote {path} (submit it with: {shell_words(['sbatch', path])})")
         return
@@ -161,8 +163,9 @@ def command(
     )
 
 
-def _warnings(cache: ModelCache) -> list[str]:
-    return [cache.warning] if cache.warning else []
+def _warnings(cache: ModelCache, config: KitConfig) -> list[str]:
+    unchecked = [unchecked_warning(config)] if config.image_options is None else []
+    return ([cache.warning] if cache.warning else []) + unchecked
 
 
 def layout_fields(resolution: Resolution) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from kit.cluster import Cluster, NodePlan
 from kit.cluster.resolve import guessed_warning
 from kit.commands._options import config_options, json_option, layout_options, overrides_from, role_from_flags
 from kit.commands._params import KitCommand
+from kit.images.vllm_releases import unknown_warning
 from kit.output import emit, progress, warn
 from kit.plan.container_args import (
     to_apptainer_env,
@@ -21,7 +22,6 @@ from kit.plan.container_args import (
 )
 from kit.plan.exposure import exposures
 from kit.plan.vllm import serves_api
-from kit.plan.vllm_versions import unknown_warning
 from kit.render import shell_quote, shell_words
 from kit.runtime import check_local
 
@@ -96,6 +96,8 @@ def command(
     role = role_from_flags(is_head, is_worker, node_rank)
     cluster = Cluster.load(config_path, overrides_from(flags, FLAG_KEYS, set_values))
     check_local(cluster.config)  # pyxis/edf: srun starts the containers (a dry run included)
+    if not dry_run:  # issue 24: an image kit never saw is probed now, before any container starts
+        cluster.ensure_image(functools.partial(progress, as_json=as_json))
     node = cluster.plan_node(role)
     plan = describe(cluster, node)
     # What the node leaves open (no API key, no Ray token), and a layout this host could only

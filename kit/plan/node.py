@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from kit import __version__, labels
 from kit.config import KitConfig
+from kit.images import vllm_releases as versions
 from kit.labels import LayoutLabels
-from kit.plan import vllm_versions as versions
 from kit.plan.network import NodeNet
 from kit.plan.paths import API_KEY_PATH, COMPILE_CACHE, HF_HOME, HF_TOKEN_PATH, RAY_TOKEN_PATH, VLLM_CONFIG_ROOT
 from kit.plan.roles import Role
@@ -101,8 +101,8 @@ def node_env(config: KitConfig, role: Role, net: NodeNet) -> dict[str, str]:
         env["RAY_AUTH_TOKEN_PATH"] = RAY_TOKEN_PATH
     if config.gpus != "all" and config.accelerator == "gpu" and not device_ids_selected(config):
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(config.gpus_per_node))
-    if config.model.all2all != "auto" and not versions.all2all_by_flag(config.vllm.version):
-        # vLLM < 0.11.1 reads the backend from the environment only (kit.plan.vllm_versions).
+    if config.model.all2all != "auto" and not versions.all2all_by_flag(config.vllm.version, config.image_options):
+        # An image without --all2all-backend (vLLM < 0.11.1) reads it from the environment only.
         env[versions.ALL2ALL_ENV] = config.model.all2all
     env.update(config.env)
     return env

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kit.config import KitConfig
-from kit.plan import vllm_versions as versions
+from kit.images import vllm_releases as versions
 from kit.plan.roles import Role
 from kit.render import Arg, EnvRef, option, positional
 
@@ -20,15 +20,15 @@ def vllm_serve_argv(config: KitConfig, role: Role) -> list[Arg]:
     Values a user or the node controls (names, addresses) are attached as `--flag=value`, so one
     that starts with `-` stays a value; kit's own integers keep the `--flag N` form. The API listens
     on the head's node IP (VLLM_HOST_IP), not on every interface (issue 16, closed by default):
-    kit's clients, health checks and tunnels all use that IP; `--host=0.0.0.0` in
-    model.extra_args (argparse keeps the last one) opens it again."""
+    kit's clients, health checks and tunnels all use that IP; `api_listen: all` opens it.
+    model.extra_args may not repeat an option kit writes (kit.plan.image_check, issue 24)."""
     m = config.model
     version = config.vllm.version
     argv: list[Arg] = ["vllm", "serve", positional(m.id, key="model.id")]
     if serves_api(config, role):
         argv += [
             option("--served-model-name", config.served_name),
-            option("--host", EnvRef("VLLM_HOST_IP")),
+            option("--host", "0.0.0.0" if config.api_listen == "all" else EnvRef("VLLM_HOST_IP")),
             "--port",
             str(config.ports.api),
         ]
@@ -55,7 +55,7 @@ def vllm_serve_argv(config: KitConfig, role: Role) -> list[Arg]:
             argv.append("--headless")
     if m.ep:
         argv.append("--enable-expert-parallel")
-    if m.all2all != "auto" and versions.all2all_by_flag(version):
+    if m.all2all != "auto" and versions.all2all_by_flag(version, config.image_options):
         argv.append(option("--all2all-backend", m.all2all))  # older releases: node_env's variable
     if device_ids_selected(config):
         argv.append(option("--device-ids", ",".join(str(i) for i in range(config.gpus_per_node))))
@@ -74,12 +74,12 @@ def serves_api(config: KitConfig, role: Role) -> bool:
 
 
 def device_ids_selected(config: KitConfig) -> bool:
-    """The node's selected GPUs go to vLLM as --device-ids (vLLM >= 0.24.0, mp backend) instead of
+    """The node's selected GPUs go to vLLM as --device-ids (an image that has it, mp backend) instead of
     CUDA_VISIBLE_DEVICES (kit.plan.node): the container sees only them, numbered from 0."""
     return (
         config.accelerator == "gpu"
         and config.gpus != "all"
-        and versions.uses_device_ids(config.vllm.version, config.backend)
+        and versions.uses_device_ids(config.vllm.version, config.backend, config.image_options)
     )
 
 

@@ -11,6 +11,7 @@ The docker CLI (DockerCli) is used only where the user names the binary (`kit ve
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import tempfile
 import time
@@ -479,6 +480,34 @@ class DockerRuntime(ContainerRuntime, ImageStore):
             container.remove(force=True)
         return ExecResult(returncode=code, stdout=out, stderr=err)
 
+    def run_probe(self, ref: str, program: str, args: Sequence[str], *, timeout: float = 600) -> ExecResult:
+        """`python3 -c PROGRAM ARGS` in a throwaway container without network, as the image's
+        own user (its facts say who that is); removed whatever happens."""
+        docker = _docker()
+        try:
+            container = self.client.containers.run(
+                image=ref,
+                command=["-c", program, *args],
+                entrypoint=["python3"],
+                network_mode="none",
+                labels={LABEL_MANAGED.split("=")[0]: "true", "kit.probe": "image-facts"},
+                detach=True,
+            )
+        except docker.errors.ImageNotFound:
+            raise ImageError(f"image {ref} is not on this host", hint="pull it first: `kit pull`") from None
+        except docker.errors.APIError as exc:
+            raise ImageError(f"cannot run the image probe in {ref}: {_short(exc)}") from None
+        try:
+            code = int(container.wait(timeout=timeout).get("StatusCode", -1))
+            out = container.logs(stdout=True, stderr=False).decode(errors="replace")
+            err = container.logs(stdout=False, stderr=True).decode(errors="replace")
+        except Exception as exc:  # a timeout (requests' ReadTimeout) or a lost engine
+            raise ImageError(f"the image probe in {ref} did not finish: {_short(exc)}") from None
+        finally:
+            with contextlib.suppress(docker.errors.APIError):
+                container.remove(force=True)
+        return ExecResult(returncode=code, stdout=out, stderr=err)
+
     def remove_labelled(self, key: str, value: str) -> list[str]:
         """Remove every kit container labelled key=value (e.g. a SLURM job's); their names."""
         docker = _docker()
@@ -562,6 +591,12 @@ class DockerCli:
                 hint="build or pull the image first",
             )
         return ExecResult(result.returncode, result.stdout, result.stderr)
+
+    def image_id(self, image: str) -> str | None:
+        """The local image id (sha256:…), None when there is no such image."""
+        result = proc.run([self.binary, "image", "inspect", "--format", "{{.Id}}", image], check=False, timeout=60)
+        text = result.stdout.strip()
+        return text if result.returncode == 0 and text else None
 
     def image_digest(self, image: str) -> str | None:
         """The image's repo digest if it has one, else its local id (None: no such image)."""

@@ -207,6 +207,53 @@ def build_image_id(event: Mapping[str, Any]) -> str | None:
     return None
 
 
+# Builder output worth a line without --verbose: what pip and apt are doing (issue 24: a pip
+# step that installs vLLM or Ray otherwise says nothing for minutes). Milestones always show;
+# the others at most one per BuildProgress.interval.
+_MILESTONE_RE = re.compile(
+    r"^(Installing collected packages|Successfully installed|Requirement already satisfied: ray)"
+)
+_ACTIVITY_RE = re.compile(r"^(Collecting |Downloading |Building wheel|Get:\d+ |Unpacking |Setting up |Processing )")
+
+
+@dataclass
+class BuildProgress:
+    """What to show of a long build step (pure: time is passed in). `detail(line, now)`: the
+    builder line to show, or None; `heartbeat(now)`: a line saying the step still runs when
+    nothing was shown for `quiet_after` seconds (pip installing big wheels prints nothing)."""
+
+    interval: float = 10.0
+    quiet_after: float = 30.0
+    step: str | None = None
+    step_at: float = 0.0
+    shown_at: float = 0.0
+    last_line: str = ""
+
+    def on_step(self, text: str, now: float) -> None:
+        self.step, self.step_at, self.shown_at, self.last_line = text, now, now, ""
+
+    def detail(self, line: str, now: float) -> str | None:
+        text = line.strip()
+        if not text:
+            return None
+        self.last_line = text
+        shown = bool(_MILESTONE_RE.match(text)) or (
+            bool(_ACTIVITY_RE.match(text)) and now - self.shown_at >= self.interval
+        )
+        if not shown:
+            return None
+        self.shown_at = now
+        return "  " + (text if len(text) <= 140 else text[:137] + "...")
+
+    def heartbeat(self, now: float) -> str | None:
+        if self.step is None or now - self.shown_at < self.quiet_after:
+            return None
+        self.shown_at = now
+        elapsed = int(now - self.step_at)
+        last = f"; last output: {self.last_line[:80]}" if self.last_line else ""
+        return f"  ... {self.step.split(' : ', 1)[0]} still running ({elapsed // 60} min {elapsed % 60:02d} s{last})"
+
+
 _RUN_FAILED = re.compile(r"The command '.*' returned a non-zero code: (\d+)\s*$", re.DOTALL)
 
 
@@ -228,12 +275,29 @@ class ImageKind:
     version_arg: str
     base_arg: str  # the build arg --base-image sets
     base_is_repository: bool = False  # True: --base-image is a repository; the tag is separate
+    layer: bool = False  # True: a layer on --base-image; the default tag is the base's + "-<arg><version>"
 
 
 IMAGE_KINDS: dict[str, ImageKind] = {
     "cpu": ImageKind("kit/vllm-cpu", "VLLM_CPU_VERSION", "BASE_IMAGE"),
     "vllm": ImageKind("kit/vllm", "VLLM_TAG", "VLLM_IMAGE", base_is_repository=True),
+    # issue 24: Ray onto any vLLM image (kit/vllm-cpu:0.32.0 -> kit/vllm-cpu:0.32.0-ray2.60.0)
+    "ray": ImageKind("", "RAY_VERSION", "BASE_IMAGE", layer=True),
 }
+
+
+def layer_tag(base: str, what: str, version: str) -> str:
+    """The default tag of a layer on `base`: its repository and tag with -<what><version>
+    (vllm/vllm-openai:v0.33.0 -> vllm/vllm-openai:v0.33.0-ray2.60.0; a digest-only base gets
+    <what><version>)."""
+    suffix = f"{what}{version}"
+    if base.endswith(".sif") or base.startswith("/"):  # an image file (Apptainer): kit/<its name>
+        stem = re.sub(r"[^a-z0-9]+", "-", Path(base).stem.lower()).strip("-") or "image"
+        return f"kit/{stem}:{suffix}"
+    ref = parse_ref(base)
+    tag = ref.tag if ref.tag and not (ref.digest and ref.tag == "latest") else None
+    return f"{ref.repository}:{tag}-{suffix}" if tag else f"{ref.repository}:{suffix}"
+
 
 _ARG_RE = re.compile(r"^\s*ARG\s+([A-Za-z_][A-Za-z0-9_]*)(?:=(\S*))?", re.MULTILINE)
 
@@ -346,7 +410,11 @@ def plan_build_context(
         flag = flags.get(unknown[0], "--offline")
         raise UsageError(f"{flag} does not apply to the {name} image (its Dockerfile has no ARG {unknown[0]})")
 
-    if tag is None:
+    if tag is None and kind is not None and kind.layer:
+        base = buildargs.get(kind.base_arg) or declared.get(kind.base_arg) or ""
+        version = buildargs.get(kind.version_arg) or declared.get(kind.version_arg) or "latest"
+        tag = layer_tag(base, name, version)
+    elif tag is None:
         repository = kind.repository if kind else f"kit/{name}"
         version = None
         if kind:
