@@ -14,11 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kit import client, labels, resources
+from kit import labels, resources
 from kit.cluster import Cluster
 from kit.cluster.status import render
 from kit.config import KitConfig, load_config
 from kit.errors import ConfigError, ImageError
+from kit.net import openai as client
 from kit.output import progress
 from kit.plan.checks import check_image
 from kit.plan.roles import Role
@@ -75,8 +76,8 @@ def ensure_cpu_image(
     rt: DockerRuntime, tag: str, *, base_image: str | None, ca_bundle: Path | None, as_json: bool
 ) -> str:
     from kit import proc
-    from kit.images import plan_build_context
-    from kit.imaging import build_image
+    from kit.cluster.images import build_image
+    from kit.images.build import plan_build_context
 
     if rt.image_info(tag):
         return "reused"

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from kit.layout import Layout
+
 MANAGED = "kit.managed"
 CLUSTER = "kit.cluster"
 ROLE = "kit.role"
@@ -39,25 +41,17 @@ MANAGED_TRUE = "true"
 
 @dataclass(frozen=True)
 class LayoutLabels:
-    """What a node was started to serve: the layout, how it was decided, the model."""
+    """What a node was started to serve: the layout (with how it was decided) and the model."""
 
-    tp: int
-    pp: int
-    dp: int
-    ep: bool
-    decided_by: str
+    layout: Layout
     served_name: str | None = None
     model: str | None = None
     max_model_len: int | None = None
 
     def to_labels(self) -> dict[str, str]:
-        out = {
-            TP: str(self.tp),
-            PP: str(self.pp),
-            DP: str(self.dp),
-            EP: "true" if self.ep else "false",
-            LAYOUT_FROM: self.decided_by,
-        }
+        lay = self.layout
+        out = {TP: str(lay.tp), PP: str(lay.pp), DP: str(lay.dp), EP: "true" if lay.ep else "false"}
+        out[LAYOUT_FROM] = lay.decided_by
         if self.served_name is not None:
             out[SERVED_NAME] = self.served_name
         if self.model is not None:
@@ -77,11 +71,7 @@ class LayoutLabels:
         if min(tp, pp, dp) < 1:
             return None
         return cls(
-            tp=tp,
-            pp=pp,
-            dp=dp,
-            ep=labels.get(EP) == "true",
-            decided_by=labels.get(LAYOUT_FROM, ""),
+            Layout(tp, pp, dp, labels.get(EP) == "true", labels.get(LAYOUT_FROM, "")),
             served_name=labels.get(SERVED_NAME),
             model=labels.get(MODEL),
             max_model_len=_int_or_none(labels.get(MAX_MODEL_LEN)),

@@ -1,4 +1,6 @@
-"""Result rendering shared by verbs: a JSON envelope for machines, text for people."""
+"""Result rendering shared by verbs: a JSON envelope for machines, text for people.
+
+Standard library only (no click), so the layers below the verbs can be imported without the CLI."""
 
 from __future__ import annotations
 
@@ -7,23 +9,27 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import click
+
+def echo(text: str, *, err: bool = False, nl: bool = True) -> None:
+    stream = sys.stderr if err else sys.stdout
+    stream.write(text + ("\n" if nl else ""))
+    stream.flush()
 
 
 def emit(command: str, result: Any, *, as_json: bool, text: str | Callable[[], str]) -> None:
     """Print a command's result: `{"ok": true, "command": ..., "result": ...}` or human text."""
     if as_json:
-        click.echo(json.dumps({"ok": True, "command": command, "result": result}, indent=2, default=str))
+        echo(json.dumps({"ok": True, "command": command, "result": result}, indent=2, default=str))
         return
     rendered = text() if callable(text) else text
     if rendered:
-        click.echo(rendered)
+        echo(rendered)
 
 
 def progress(message: str, *, as_json: bool = False) -> None:
     """One progress line on stderr (never on stdout, so --json output stays parseable)."""
     if not as_json:
-        click.echo(message, err=True)
+        echo(message, err=True)
 
 
 def warn(warnings: Sequence[str], *, as_json: bool = False) -> None:
@@ -66,19 +72,19 @@ class LiveLine:
             if force or now - self._last >= 0.1:
                 self._last = now
                 self._shown = True
-                click.echo("\r\x1b[2K" + text, nl=False, err=True)
+                echo("\r\x1b[2K" + text, nl=False, err=True)
         elif force or now - self._last >= self.every:
             self._last = now
-            click.echo(text, err=True)
+            echo(text, err=True)
 
     def done(self, text: str | None = None) -> None:
         """Finish the line (a final text replaces it)."""
         if self.quiet:
             return
         if self.tty and self._shown:
-            click.echo("\r\x1b[2K" + (text or ""), nl=bool(text), err=True)
+            echo("\r\x1b[2K" + (text or ""), nl=bool(text), err=True)
         elif text:
-            click.echo(text, err=True)
+            echo(text, err=True)
         self._shown = False
 
 

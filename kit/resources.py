@@ -7,6 +7,7 @@ force-include); a source checkout (editable install) uses the repository's top-l
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
@@ -41,6 +42,30 @@ def container_dir(name: str) -> Path:
     if name not in names:
         raise UsageError(f"no image named {name!r} under containers/", hint=f"pick one of: {', '.join(names)}")
     return containers_dir() / name
+
+
+# Programs kit runs inside containers with the image's python3 (`python3 -c SOURCE ARGS...`):
+# shipped as files of the package, so they are linted, typed and tested like the rest of kit
+# (issue 26: no program kept in a string). Each says in its docstring what it may import.
+PROGRAMS = (
+    "verify/probe.py",
+    "verify/collective.py",
+    "cluster/ray_view.py",
+    "supervise/install.py",
+    "supervise/stop.py",
+    "supervise/boot.py",
+)
+
+
+@functools.cache
+def program_source(name: str) -> str:
+    """The text of one of PROGRAMS (kit/<name>)."""
+    if name not in PROGRAMS:
+        raise ValueError(f"{name} is not one of kit's in-container programs")
+    try:
+        return (PACKAGE_DIR / name).read_text()
+    except OSError as exc:
+        raise ImageError(f"kit's file {PACKAGE_DIR / name} cannot be read: {exc}", hint="reinstall kit") from None
 
 
 def probe_files() -> list[Path]:

@@ -1,8 +1,8 @@
-"""kit's small on-disk state: the image each ref resolved to when it was pulled or built.
+"""kit's small on-disk state: where it lives and the one record-file store.
 
-`kit pull`/`kit build` record it; `kit up`/`kit verify` compare a node's image with it.
-One JSON file: $KIT_STATE_DIR/images.json, else $XDG_STATE_HOME/kit/images.json, else
-~/.local/state/kit/images.json. Writes are atomic (temp file + rename).
+The state folder is $KIT_STATE_DIR, else $XDG_STATE_HOME/kit, else ~/.local/state/kit. Record
+files (images.json: kit/images/records.py; models.json: kit/models/records.py) map a key to a
+JSON record; writes are atomic (temp file + rename).
 """
 
 from __future__ import annotations
@@ -25,10 +25,6 @@ def state_dir() -> Path:
     xdg = os.environ.get("XDG_STATE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "state"
     return base / "kit"
-
-
-def images_file() -> Path:
-    return state_dir() / "images.json"
 
 
 def read_records(path: Path, what: str, rewritten_by: str) -> dict[str, Any]:
@@ -68,14 +64,3 @@ def write_record(path: Path, key: str, fields: dict[str, Any], what: str, rewrit
             hint="set KIT_STATE_DIR to a writable folder",
         ) from None
     return record
-
-
-def record_image(ref: str, digest: str, **extra: Any) -> dict[str, Any]:
-    """Remember what `ref` resolved to; returns the record written."""
-    return write_record(images_file(), ref, {"ref": ref, "digest": digest, **extra}, "image", "kit pull/build")
-
-
-def recorded_image(ref: str) -> dict[str, Any] | None:
-    """The record of `ref`, or None when kit never pulled or built it here."""
-    record = read_records(images_file(), "image", "kit pull/build").get(ref)
-    return record if isinstance(record, dict) else None

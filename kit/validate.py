@@ -17,10 +17,23 @@ import stat
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from kit.config_schema import Spec
+
+@dataclass(frozen=True)
+class Spec:
+    """One config key of the schema (kit/config/schema.py): its type, default, help and bounds."""
+
+    kind: str  # str | int | float | bool | list | dict | choice | int_auto | size
+    default: Any
+    help: str
+    choices: tuple[str, ...] = ()
+    optional: bool = False  # None allowed
+    text: str = "name"  # kit.validate.RULES kind of the string (of each item, for lists and dicts)
+    low: int | None = None  # inclusive bounds of an int (int_auto: of its number)
+    high: int | None = None
+    special: tuple[int, ...] = ()  # ints allowed outside the bounds (vLLM's -1 = auto)
+    pattern: tuple[str, str] | None = None  # (regex the whole string matches, what it is)
 
 
 class Invalid(ValueError):

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from kit.config import KitConfig, load_config
+from kit.plan.layout import plan_layout
 from kit.plan.node import ContainerSpec
 from kit.runtime.base import ExecResult, ImageStore, NodeHandle, Runtime
 
@@ -110,7 +111,11 @@ def make_config(**overrides: object) -> KitConfig:
         "env": {"NCCL_IB_HCA": "mlx5"},
     }
     base.update(overrides)
-    return load_config(environ={}, cwd=Path("/nonexistent"), overrides={k: (v, "test") for k, v in base.items()}).config
+    layers = {k: (v, "test") for k, v in base.items()}
+    config = load_config(environ={}, cwd=Path("/nonexistent"), overrides=layers).config
+    # Planned as kit plans a config without the model's files (kit.plan.layout); model.tp/pp/dp
+    # keep their `auto`, so Cluster.from_config(config, model=...) plans it again with the facts.
+    return config.replace(planned=plan_layout(config, None))
 
 
 # --- the CLI and its environment -----------------------------------------------------------------

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from kit import metrics
+from kit.health import prometheus as metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARD = ROOT / "deploy" / "grafana" / "vllm-kit.json"

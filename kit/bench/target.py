@@ -21,7 +21,7 @@ def resolve_target(
 ) -> tuple[Target, str | None]:
     """The server to load (its URL, key and model name, checked with GET /v1/models: an
     unreachable URL or a wrong key is one line and exit 8 before any load is sent)."""
-    from kit import client
+    from kit.net import openai as client
 
     config = cluster.config
     base = (url or cluster.url()).rstrip("/")
@@ -78,7 +78,8 @@ def cluster_info(cluster: Cluster, url: str, server_version: str | None, model: 
     }
     started = cluster.served_layout(running)
     if started is not None:
-        plan.update(tp=started.tp, pp=started.pp, dp=started.dp, ep=started.ep, nodes=len(running))
+        lay = started.layout
+        plan.update(tp=lay.tp, pp=lay.pp, dp=lay.dp, ep=lay.ep, nodes=len(running))
         if started.model is not None:
             plan.update(model=started.model, max_model_len=started.max_model_len)
     return {

@@ -16,10 +16,11 @@ from kit.bench import measure, results
 from kit.bench.measure import Load
 from kit.bench.runner import Target
 from kit.bench.target import cluster_info
-from kit.bench.tune import Layout, rank, recommendation
+from kit.bench.tune import rank, recommendation
 from kit.cluster import Cluster, ServeResult
 from kit.config import KitConfig
 from kit.errors import ConfigError, KitError
+from kit.layout import Layout
 from kit.output import LiveLine
 
 MIN_LAYOUT_S = 30  # a layout is not started with less budget left than this

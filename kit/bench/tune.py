@@ -10,61 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kit.errors import ConfigError
+from kit.layout import Layout
 from kit.plan.layout import ModelFacts
-
-LAYOUT_RE = re.compile(r"^tp(\d+)(?:[-_]?pp(\d+))?(?:[-_]?dp(\d+))?([-_]?ep)?\Z")
-
-
-@dataclass(frozen=True, order=True)
-class Layout:
-    tp: int
-    pp: int = 1
-    dp: int = 1
-    ep: bool = False
-
-    @property
-    def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
-
-    def nodes(self, gpus_per_node: int) -> int:
-        return math.ceil(self.gpus / gpus_per_node)
-
-    @property
-    def name(self) -> str:
-        name = f"tp{self.tp}" + (f"-pp{self.pp}" if self.pp > 1 else "") + (f"-dp{self.dp}" if self.dp > 1 else "")
-        return name + ("-ep" if self.ep else "")
-
-    def overrides(self, gpus_per_node: int) -> dict[str, Any]:
-        """Config keys that give this layout (whole nodes; the GPUs of one node when smaller)."""
-        return {
-            "nodes": self.nodes(gpus_per_node),
-            "gpus_per_node": min(gpus_per_node, self.gpus),
-            "model.tp": self.tp,
-            "model.pp": self.pp,
-            "model.dp": self.dp,
-            "model.ep": self.ep,
-        }
-
-    @classmethod
-    def parse(cls, text: str) -> Layout:
-        m = LAYOUT_RE.match(text.strip().lower())
-        if not m:
-            raise ConfigError(
-                f"{text!r} is not a layout",
-                key="--layouts",
-                hint="write layouts like tp1,tp2,tp2-pp2,tp1-dp2,tp1-dp4-ep",
-            )
-        tp, pp, dp = (int(g) if g else 1 for g in m.groups()[:3])
-        if min(tp, pp, dp) < 1:
-            raise ConfigError(f"{text!r}: sizes must be at least 1", key="--layouts")
-        return cls(tp, pp, dp, ep=bool(m.group(4)))
 
 
 def parse_layouts(text: str) -> list[Layout]:

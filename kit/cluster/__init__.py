@@ -25,6 +25,7 @@ from kit.cluster import image_facts
 from kit.cluster import nodes as _nodes
 from kit.cluster import serving as _serving
 from kit.cluster import status as _status
+from kit.cluster import supervised as _supervised
 from kit.cluster.model import ModelCache, check_model_cache, decide_offline, with_offline
 from kit.cluster.nodes import NodePlan, UpResult
 from kit.cluster.resolve import (
@@ -46,11 +47,13 @@ from kit.config import KitConfig, Resolved
 from kit.errors import StartError
 from kit.images.facts import ImageFacts
 from kit.labels import LayoutLabels
-from kit.plan.layout import Layout, ModelFacts
+from kit.layout import Layout
+from kit.plan.layout import ModelFacts
 from kit.plan.network import plan_node_net
 from kit.plan.node import plan_node
 from kit.plan.roles import HEAD, Role
 from kit.runtime.base import NodeHandle, Runtime
+from kit.supervise.events import Event
 
 Progress = Callable[[str], None]
 
@@ -104,7 +107,8 @@ class Cluster:
         """A cluster of a config built elsewhere (tests, a config with every value set); `image`:
         the image's facts when known (else they are found at first use, `ensure_image`)."""
         resolved = with_image(Resolved(config, values_of(config), {}), image)
-        if config.layout_from:  # already resolved (its layout applied): keep how it was decided
+        if "auto" not in (config.model.tp, config.model.pp, config.model.dp):
+            # every value a number (a resolved config's layout is applied): keep how it was decided
             return cls(Resolution(resolved, config.layout, model, image), runtime)
         return cls(apply_layout(resolved, model, image), runtime)
 
@@ -250,10 +254,24 @@ class Cluster:
         deadline: float | None = None,
         on_progress: Progress = _quiet,
         notes: Sequence[str] = (),
+        supervise: bool | None = None,
+        on_event: Callable[[Event], None] | None = None,
     ) -> ServeResult:
         """`vllm serve` on the serving nodes of this host, then wait until /health answers;
-        `notes` are warnings said once the nodes are found, before anything starts."""
+        `notes` are warnings said once the nodes are found, before anything starts.
+        Supervised (`supervise`, default supervise.enabled; issue 18): an agent on every node and
+        the coordinator in the head start the group and restart it on failures; this returns at
+        the coordinator's first `ready` (its events go to `on_event`), and `follow_supervision`
+        follows it after that. Before anything starts, the plan is checked against the image
+        (issue 24: probed now when kit has no record of it)."""
         self.ensure_image(on_progress)
+        env = self.model_cache().env  # the serve scripts export the offline decision too
+        if self.config.supervise.enabled if supervise is None else supervise:
+            for note in notes:
+                on_progress(f"warning: {note}")
+            return _supervised.serve_supervised(
+                self.config, self.runtime, replace=replace, on_progress=on_progress, on_event=on_event, serve_env=env
+            )
         nodes = self.nodes()
         targets = _serving.serving_nodes(self.config, nodes)
         for note in notes:
@@ -262,9 +280,8 @@ class Cluster:
         _serving.stop_running(self.runtime, targets, replace=replace, url=url, on_progress=on_progress)
         started = time.monotonic()
         try:
-            # The serve process exports the offline decision too: nodes started before the model
-            # was fetched run it offline without a restart (with Ray, workers keep their node's).
-            env = self.model_cache().env
+            # Nodes started before the model was fetched run it offline without a restart (with
+            # Ray, workers keep their node's environment).
             _serving.launch(self.config, self.runtime, targets, env=env, on_progress=on_progress)
             self.wait(url, targets, started=started, deadline=deadline, on_progress=on_progress)
         except (KeyboardInterrupt, StartError):
@@ -275,6 +292,11 @@ class Cluster:
         return ServeResult(
             url, self.config.served_name, [n.name for n in targets], round(time.monotonic() - started, 1)
         )
+
+    def follow_supervision(self, on_event: Callable[[Event], None]) -> Event:
+        """Follow a supervised group's events after ready until it stops (its `stopped` event);
+        StartError (exit 6) with the last log lines when the coordinator gives up."""
+        return _supervised.follow_supervised(self.config, self.runtime, on_event=on_event)
 
     def wait(
         self,
@@ -316,20 +338,17 @@ class Cluster:
         """A warning when this host's nodes were started with another layout than the one this
         config plans (kit status, bench and tune report what the labels say)."""
         try:
-            started = self.served_layout()
+            labels = self.served_layout()
         except Exception:  # no runtime here: nothing started to compare with
             return None
         planned = self.layout
-        if started is None or (started.tp, started.pp, started.dp, started.ep) == (
-            planned.tp,
-            planned.pp,
-            planned.dp,
-            planned.ep,
-        ):
+        if labels is None:
+            return None
+        started = labels.layout
+        if (started.tp, started.pp, started.dp, started.ep) == (planned.tp, planned.pp, planned.dp, planned.ep):
             return None
         return (
-            f"the nodes were started for TP={started.tp} PP={started.pp} DP={started.dp}"
-            + (" EP" if started.ep else "")
+            f"the nodes were started for {started.describe()}"
             + f" but this serve plans {planned.describe()}; `kit status` and `kit bench` report the "
             "layout the nodes were started with (`kit up --replace` to start them with this one)"
         )

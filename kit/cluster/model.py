@@ -2,7 +2,7 @@
 may vLLM run offline on every node?
 
 `kit up`, `kit serve` and `kit slurm` share this decision. `decide_offline` is pure (config + the
-cache check's report); `check_model_cache` is the one read of the disk (kit.fetch's offline
+cache check's report); `check_model_cache` is the one read of the disk (kit.models.fetch's offline
 check, which reads sizes, kit's manifest and the weights index, never the weights). The decision
 reaches the nodes as environment in the planned ContainerSpec (`with_offline`), so `--dry-run`
 shows it.
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.config import KitConfig
-from kit.fetch import SnapshotReport, check_model
+from kit.models.fetch import SnapshotReport, check_model
 
 # What the containers get when the model is complete. TRANSFORMERS_OFFLINE is not needed:
 # huggingface_hub reads it only as a synonym of HF_HUB_OFFLINE, and transformers 5 takes its
@@ -49,7 +49,7 @@ class ModelCache:
     mode: str  # model.offline: auto | true | false
     state: str  # COMPLETE | INCOMPLETE | MISSING | LOCAL | FORCED
     offline: bool
-    summary: str | None = None  # the check's one line (kit.fetch.SnapshotReport.summary)
+    summary: str | None = None  # the check's one line (kit.models.fetch.SnapshotReport.summary)
     sha: str | None = None  # the snapshot's commit, when one was found
     warning: str | None = None
 
@@ -100,7 +100,7 @@ def needs_check(config: KitConfig) -> bool:
 
 
 def check_model_cache(config: KitConfig) -> SnapshotReport | None:
-    """The one read of the disk: kit.fetch's offline check of the model's snapshot in
+    """The one read of the disk: kit.models.fetch's offline check of the model's snapshot in
     hf_cache/hub (None: no snapshot). Local paths and model.offline false are not read."""
     if not needs_check(config):
         return None

@@ -8,9 +8,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kit import netinfo
 from kit.config import KitConfig
 from kit.errors import StartError
+from kit.net import interfaces as netinfo
 from kit.plan.network import HostFacts, NodeNet
 from kit.plan.node import ContainerSpec
 from kit.plan.scripts import JOINED_MARK, READY_MARK
@@ -135,7 +135,7 @@ def _join_timeout(config: KitConfig, deadline: float | None) -> float:
 def image_drift(runtime: Runtime, ref: str) -> str | None:
     """A one-line warning when the local image is not the one `kit pull`/`kit build` recorded
     (another pull changed the tag on this node: nodes may now run different images)."""
-    from kit.state import recorded_image
+    from kit.images.records import recorded_image
 
     record = recorded_image(ref)
     if not record or not record.get("image_id"):

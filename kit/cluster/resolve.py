@@ -19,11 +19,12 @@ from typing import Any
 
 from kit import validate
 from kit.config import KitConfig, Resolved, build, coerce, load_config
-from kit.config_schema import SCHEMA
+from kit.config.schema import SCHEMA
 from kit.errors import ConfigError, KitError
 from kit.images.facts import ImageFacts
 from kit.images.vllm_releases import parse_version
-from kit.plan.layout import Layout, ModelFacts, plan_layout
+from kit.layout import Layout
+from kit.plan.layout import ModelFacts, plan_layout
 
 Overrides = Mapping[str, tuple[Any, str]]  # dotted key -> (value, where it came from)
 
@@ -102,7 +103,7 @@ def recorded_version(resolved: Resolved) -> Resolved:
     config = resolved.config
     if config.vllm_version != "auto":
         return resolved
-    from kit.state import recorded_image
+    from kit.images.records import recorded_image
 
     try:
         record = recorded_image(config.image) or {}
@@ -120,7 +121,7 @@ def recorded_version(resolved: Resolved) -> Resolved:
 
 def apply_layout(resolved: Resolved, model: ModelFacts | None, image: ImageFacts | None = None) -> Resolution:
     """The planner's layout written into the config, so every planner after this one reads
-    numbers, and `layout_from` records how it was decided (kit.labels, --dry-run). `kit config
+    numbers, and `planned` records it with how it was decided (kit.labels, --dry-run). `kit config
     show` reports model.tp/pp as decided by kit plan when the model's files decided them, and
     model.dp when it was auto."""
     config = resolved.config
@@ -133,7 +134,7 @@ def apply_layout(resolved: Resolved, model: ModelFacts | None, image: ImageFacts
     if values["model.dp"] == "auto":
         values["model.dp"], sources["model.dp"] = layout.dp, SOURCE_DP
     modeled = dataclasses.replace(config.model, tp=layout.tp, pp=layout.pp, dp=layout.dp)
-    applied = config.replace(model=modeled, layout_from=layout.decided_by)
+    applied = config.replace(model=modeled, planned=layout)
     return Resolution(Resolved(applied, values, sources, resolved.path), layout, model, image)
 
 

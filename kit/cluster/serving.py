@@ -47,13 +47,27 @@ STOP = (
 
 @dataclass(frozen=True)
 class ServeResult:
+    """What `kit serve` started. Supervised (issue 18): `ready` is False when this host has no
+    head (only the agents started: the head's `coordinator` drives them), `head` and
+    `generation` name the supervised group once ready."""
+
     url: str
     model: str
     nodes: list[str]
-    seconds: float
+    seconds: float | None
+    supervised: bool = False
+    ready: bool = True
+    head: str | None = None
+    generation: int | None = None
+    coordinator: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"url": self.url, "model": self.model, "nodes": list(self.nodes), "seconds": self.seconds}
+        out: dict[str, Any] = {"url": self.url, "model": self.model, "nodes": list(self.nodes), "seconds": self.seconds}
+        if self.supervised:
+            out.update(supervised=True, ready=self.ready, head=self.head, generation=self.generation)
+            if self.coordinator is not None:
+                out["coordinator"] = self.coordinator
+        return out
 
 
 @dataclass(frozen=True)
@@ -138,11 +152,11 @@ def stop_running(
     """A server already running on a target is an error, or (`replace`) stopped first, with any
     supervisor that would restart it (issue 18). Ranks left running by a head that went away
     answer nothing: stale, not a running server, and stopped here."""
-    from kit.supervise import hooks, host
+    from kit.cluster import supervision as host
 
     if replace:
         host.stop(runtime, targets, "replaced by kit serve --replace")
-    stale = hooks.stale_ranks(runtime, targets, url, lambda node: alive(runtime, node))
+    stale = stale_ranks(runtime, targets, url, lambda node: alive(runtime, node))
     for node in targets:
         if alive(runtime, node):
             if not replace and not stale:
@@ -184,7 +198,7 @@ def wait_healthy(
     """Wait for `url`/health, at most timeouts.ready s after `started` and never past `deadline`
     (time.monotonic(); kit tune's budget). A server process that exits ends the wait at once,
     with its log tail."""
-    from kit import client
+    from kit.net import openai as client
 
     give_up = started + config.timeouts.ready if deadline is None else min(started + config.timeouts.ready, deadline)
     last = ""
@@ -213,3 +227,14 @@ def wait_healthy(
                 hint="raise timeouts.ready (big models load slowly) or check `kit logs --serve`",
             )
         time.sleep(0.5)
+
+
+def stale_ranks(runtime: Runtime, targets: Sequence[NodeHandle], url: str, alive: Callable[[NodeHandle], bool]) -> bool:
+    """Some nodes still run `vllm serve` but the head does not and nothing answers: what is left
+    of a group whose head went away (e.g. its container restarted). Not a running server."""
+    from kit.net import openai as client
+
+    head = next((n for n in targets if n.role == "head"), None)
+    if head is None or alive(head) or client.health(url, timeout=3):
+        return False
+    return any(alive(n) for n in targets if n is not head)

@@ -15,42 +15,8 @@ from kit.config import KitConfig
 from kit.errors import StartError
 from kit.labels import LayoutLabels
 from kit.output import table
+from kit.resources import program_source
 from kit.runtime.base import NodeHandle, Runtime
-
-# Runs inside the head container: the Ray view, plus each alive node's own VLLM_HOST_IP read by a
-# zero-CPU task pinned to that node (FIELD_NOTES §1 rows 1, 9: registered IP must equal it).
-RAY_VIEW_PY = r"""
-import json, os, sys
-import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-ray.init(address=os.environ["VLLM_HOST_IP"] + ":" + sys.argv[1], logging_level="ERROR", log_to_driver=False)
-
-@ray.remote(num_cpus=0)
-def host_ip():
-    return os.environ.get("VLLM_HOST_IP")
-
-nodes = ray.nodes()
-refs = {}
-for n in nodes:
-    if n.get("Alive"):
-        strategy = NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
-        refs[n["NodeID"]] = host_ip.options(scheduling_strategy=strategy).remote()
-# One shared deadline: a node that just died must not stall the whole view.
-ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=float(sys.argv[2]))
-ips = {}
-for node_id, ref in refs.items():
-    try:
-        ips[node_id] = ray.get(ref, timeout=0) if ref in ready else None
-    except Exception:
-        ips[node_id] = None
-out = []
-for n in nodes:
-    res = n.get("Resources", {})
-    out.append({"node_id": n["NodeID"], "alive": bool(n.get("Alive")), "ip": n.get("NodeManagerAddress"),
-                "cpus": res.get("CPU", 0), "gpus": res.get("GPU", 0), "vllm_host_ip": ips.get(n["NodeID"])})
-print("KIT_JSON " + json.dumps(out))
-"""
-
 
 # vLLM names each data-parallel engine process `VLLM::EngineCore_DP<rank>` (its process title,
 # vllm/v1/engine/core.py, seen in /proc/PID/cmdline): listing them inside a node container shows
@@ -175,7 +141,7 @@ def collect(config: KitConfig, runtime: Runtime, *, ray: bool = True) -> StatusR
         for n in nodes
     ]
     layout = started_layout(nodes)
-    dp = layout.dp if layout is not None else config.dp
+    dp = layout.layout.dp if layout is not None else config.dp
     dp_local = max(1, dp // config.nodes)
     view = DPView(dp, dp_local, config.backend, dp_view(config, runtime, nodes, dp_local)) if dp > 1 else None
     head = next((n for n in nodes if n.role == "head" and n.state == "running"), None)
@@ -200,7 +166,7 @@ def dp_view(config: KitConfig, runtime: Runtime, nodes: Sequence[NodeHandle], dp
 
 
 def ray_view(runtime: Runtime, head: NodeHandle, gcs_port: int, timeout: float = 4) -> list[dict[str, Any]]:
-    result = runtime.exec(head, ["python3", "-c", RAY_VIEW_PY, str(gcs_port), str(timeout)])
+    result = runtime.exec(head, ["python3", "-c", program_source("cluster/ray_view.py"), str(gcs_port), str(timeout)])
     for line in result.stdout.splitlines():
         if line.startswith("KIT_JSON "):
             nodes: list[dict[str, Any]] = json.loads(line[len("KIT_JSON ") :])
@@ -243,8 +209,8 @@ def render(result: StatusResult) -> str:
     doc = result.to_dict()
     out = [f"cluster {result.cluster}"]
     if result.layout is not None:
-        lay = result.layout
-        out.append(f"layout: TP={lay.tp} PP={lay.pp} DP={lay.dp}" + (" EP" if lay.ep else "") + f" ({lay.decided_by})")
+        lay = result.layout.layout
+        out.append(f"layout: {lay.describe()} ({lay.decided_by})")
     if not doc["containers"]:
         out.append("no kit containers of this cluster on this host")
     else:

@@ -13,7 +13,7 @@ import click
 from kit import validate
 from kit.commands._params import Count, Number
 from kit.config import parse_scalar
-from kit.config_schema import SCHEMA
+from kit.config.schema import SCHEMA
 from kit.errors import ConfigError, UsageError
 from kit.plan.roles import Role
 

@@ -1,9 +1,9 @@
 """`kit build [NAME]`: build one of kit's images from containers/<NAME>/.
 
-Plan, then act: kit.images.plan_build_context says what goes into the context and which build
+Plan, then act: kit.images.build.plan_build_context says what goes into the context and which build
 args are passed; the runtime's ImageStore turns it into a build plan (the Docker engine's build
 request, or the `apptainer build` command). `--dry-run` prints that plan; without it the same
-plan is executed (kit.imaging.build_image), the builder's steps shown as progress.
+plan is executed (kit.cluster.images.build_image), the builder's steps shown as progress.
 """
 
 from __future__ import annotations
@@ -15,17 +15,17 @@ import click
 
 import kit.runtime as runtimes
 from kit import resources, validate
+from kit.cluster.images import build_image
 from kit.cluster.resolve import resolve
 from kit.commands._options import config_options, json_option, overrides_from
 from kit.commands._params import KitCommand
 from kit.errors import ConfigError, UsageError
-from kit.images import plan_build_context
-from kit.imaging import build_image
+from kit.images.build import plan_build_context
+from kit.images.records import images_file
+from kit.images.reference import is_image_ref
 from kit.output import emit
-from kit.plan.checks import is_image_ref
 from kit.render import shell_words
 from kit.runtime.base import BuildPlan
-from kit.state import images_file
 
 HELP = """Build kit's images from containers/ (GPU or CPU engine).
 

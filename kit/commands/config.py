@@ -10,7 +10,7 @@ from kit.cluster.resolve import resolve
 from kit.commands._options import cluster_overrides, config_options, json_option
 from kit.commands._params import KitGroup
 from kit.config import redacted_value
-from kit.config_schema import SCHEMA
+from kit.config.schema import SCHEMA
 from kit.output import emit, table
 
 

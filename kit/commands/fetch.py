@@ -1,7 +1,7 @@
 """`kit fetch [MODEL]`: download a model once, into the shared HF cache, check it is complete.
 
-Plan, then act: the Hub's listing at one commit becomes a FetchPlan (kit/fetch.py: the files
-vLLM loads), --dry-run prints it; otherwise kit/hub.py moves the bytes and kit/fetch.py's
+Plan, then act: the Hub's listing at one commit becomes a FetchPlan (kit/models/fetch.py: the files
+vLLM loads), --dry-run prints it; otherwise kit/models/hub.py moves the bytes and kit/models/fetch.py's
 offline check must pass before the revision is recorded as complete.
 """
 
@@ -21,10 +21,10 @@ from kit.commands._options import cluster_overrides, config_options, json_option
 from kit.commands._params import KitCommand
 from kit.config import KitConfig
 from kit.errors import ConfigError, VerifyFailed
-from kit.fetch import (
+from kit.models.fetch import (
     SHA_RE,
+    DiskLayout,
     FetchPlan,
-    Layout,
     Manifest,
     check_repo_id,
     check_revision,
@@ -36,8 +36,8 @@ from kit.fetch import (
     survey,
     weight_index,
 )
-from kit.hub import Hub, NoSpace, Progress, endpoint_from_env, write_error
-from kit.model_state import models_file, record_model
+from kit.models.hub import Hub, NoSpace, Progress, endpoint_from_env, write_error
+from kit.models.records import models_file, record_model
 from kit.output import LiveLine, bar, emit, human_bytes, table
 from kit.safeload import read_text
 
@@ -106,8 +106,8 @@ def command(
         return
     hub = Hub(endpoint_from_env(), read_token(config, resolved.sources))
 
-    def layout_for(sha: str) -> Layout:
-        return Layout.folder(target, repo, sha) if target else Layout.cache(hub_dir, repo, sha)
+    def layout_for(sha: str) -> DiskLayout:
+        return DiskLayout.folder(target, repo, sha) if target else DiskLayout.cache(hub_dir, repo, sha)
 
     result = fetch_model(hub, repo, revision, layout_for, dry_run=dry_run, workers=workers, as_json=as_json)
     emit("fetch", result, as_json=as_json, text=lambda: render_dry_run(result) if dry_run else render(result))
@@ -133,7 +133,7 @@ def fetch_model(
     hub: Hub,
     repo: str,
     revision: str,
-    layout_for: Callable[[str], Layout],
+    layout_for: Callable[[str], DiskLayout],
     *,
     dry_run: bool = False,
     workers: int = 8,
@@ -212,7 +212,7 @@ def fetch_model(
 
 
 def check_local(hub_dir: Path, repo: str, revision: str, local_dir: Path | None) -> dict[str, Any]:
-    """--check: kit/fetch.py's offline completeness check; VerifyFailed (7) names what is wrong."""
+    """--check: kit/models/fetch.py's offline completeness check; VerifyFailed (7) names what is wrong."""
     snap = local_dir if local_dir else find_snapshot(hub_dir, repo, revision)
     if snap is None or not snap.is_dir():
         raise VerifyFailed(
@@ -240,14 +240,14 @@ def free_bytes(path: Path) -> int:
     return 0
 
 
-def _previous_manifest(layout: Layout) -> Manifest | None:
+def _previous_manifest(layout: DiskLayout) -> Manifest | None:
     try:
         return read_manifest(layout.snapshot)
     except ConfigError:
         return None  # unreadable: trust nothing in the folder
 
 
-def _prepare(plan: FetchPlan, layout: Layout, done: frozenset[str], manifest: Manifest) -> None:
+def _prepare(plan: FetchPlan, layout: DiskLayout, done: frozenset[str], manifest: Manifest) -> None:
     """Before the first byte: in a local folder drop files that are not this commit's (so a
     partial fetch can never pass for complete), then write the manifest (atomically)."""
     try:
@@ -264,7 +264,7 @@ def _prepare(plan: FetchPlan, layout: Layout, done: frozenset[str], manifest: Ma
         raise write_error(err, layout.root, "the manifest") from None
 
 
-def _write_ref(layout: Layout, revision: str, sha: str) -> None:
+def _write_ref(layout: DiskLayout, revision: str, sha: str) -> None:
     """refs/REVISION -> SHA, only now that the snapshot is complete: vLLM with HF_HUB_OFFLINE=1
     follows it, so it must never point at a partial snapshot."""
     ref = layout.ref(revision)
@@ -285,7 +285,7 @@ def _state(path: str, done: frozenset[str], partial: Mapping[str, int]) -> str:
     return f"partial {human_bytes(partial[path])}" if path in partial else "fetch"
 
 
-def _summary(plan: FetchPlan, layout: Layout) -> dict[str, Any]:
+def _summary(plan: FetchPlan, layout: DiskLayout) -> dict[str, Any]:
     return {
         "repo": plan.repo,
         "revision": plan.revision,

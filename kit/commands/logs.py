@@ -51,7 +51,7 @@ def command(
     node = nodes[0]
     n_tail: int | str = tail if tail == "all" else int(tail)
     if events_log:  # issue 18: the head's events.jsonl, one line per event
-        from kit.supervise.hooks import events_text
+        from kit.cluster.supervision import events_text
 
         click.echo(events_text(runtime, node, None if tail == "all" else int(tail)), nl=False)
         return

@@ -1,5 +1,5 @@
 """`kit metrics`: per engine (DP rank) load and throughput from vLLM's /metrics, or a Prometheus
-scrape configuration (file_sd) for the cluster. The logic is in kit/metrics.py and kit/observe.py;
+scrape configuration (file_sd) for the cluster. The logic is in kit/health/prometheus.py and kit/health/observe.py;
 this verb only finds the head and prints."""
 
 from __future__ import annotations
@@ -14,13 +14,15 @@ from typing import Any
 
 import click
 
-from kit import metrics, observe, validate
+from kit import validate
 from kit.cluster import Cluster
 from kit.commands._options import cluster_overrides, config_options, json_option
 from kit.commands._params import KitCommand
 from kit.config import KitConfig
 from kit.errors import ConfigError, KitError
-from kit.liveness import plan_engines
+from kit.health import observe
+from kit.health import prometheus as metrics
+from kit.health.liveness import plan_engines
 from kit.output import emit, table
 from kit.runtime.base import NodeHandle
 

@@ -106,8 +106,8 @@ def render(
     rec: sizing.Recommendation | None,
     gpu_label: str | None,
     index_size: int | None,
-    layouts: tuple[sizing.Layout, ...] = (),
-    chosen: tuple[sizing.Layout | None, str] = (None, ""),
+    layouts: tuple[sizing.LayoutFit, ...] = (),
+    chosen: tuple[sizing.LayoutFit | None, str] = (None, ""),
 ) -> str:
     """Human text: formula inputs first, then the recommendation (and, for MoE, the layouts)."""
     out = [f"kit plan: {model} ({arch.model_type})", "", "Architecture", *_architecture_lines(arch)]
@@ -144,7 +144,7 @@ def render(
         out += ["", "Pass --gpu (e.g. A100-40GB) or --gpu-memory 40GiB for a recommendation."]
         return "\n".join(out)
     best = chosen[0] if layouts else None
-    moved = best is not None and (best.tp, best.pp, best.dp) != (rec.tp, rec.pp, 1)
+    moved = best is not None and (best.layout.tp, best.layout.pp, best.layout.dp) != (rec.tp, rec.pp, 1)
     # For MoE the layout comparison below decides; this block is then the smallest fit only.
     heading = "Fewest nodes, largest TP" if moved else "Recommendation"
     out += [
@@ -177,7 +177,7 @@ def render(
 
 
 def _layout_lines(
-    rec: sizing.Recommendation, layouts: tuple[sizing.Layout, ...], chosen: tuple[sizing.Layout | None, str]
+    rec: sizing.Recommendation, layouts: tuple[sizing.LayoutFit, ...], chosen: tuple[sizing.LayoutFit | None, str]
 ) -> list[str]:
     """MoE: every TP×PP and DP+EP layout of the same nodes, side by side, and the pick."""
     f = sizing.format_bytes
@@ -215,8 +215,8 @@ def to_result(
     max_num_seqs: int,
     rec: sizing.Recommendation | None,
     index_size: int | None,
-    layouts: tuple[sizing.Layout, ...] = (),
-    chosen: tuple[sizing.Layout | None, str] = (None, ""),
+    layouts: tuple[sizing.LayoutFit, ...] = (),
+    chosen: tuple[sizing.LayoutFit | None, str] = (None, ""),
 ) -> dict[str, Any]:
     """The `--json` result: every estimate with its inputs (and every layout for MoE models)."""
     weights_dict = asdict(weights)
@@ -265,13 +265,21 @@ def to_result(
         best, why = chosen
         result["layouts"] = {
             "candidates": [
-                {**asdict(c), "name": c.name, "kind": c.kind, "gpus": c.gpus, "vllm_args": c.vllm_args()}
-                for c in layouts
+                {**c.to_dict(), "name": c.name, "kind": c.kind, "vllm_args": c.vllm_args()} for c in layouts
             ],
             "recommended": best.name if best else None,
             "why": why,
         }
-        if rec is not None and best is not None and (best.tp, best.pp, best.dp) != (rec.tp, rec.pp, 1):
+        if (
+            rec is not None
+            and best is not None
+            and (best.layout.tp, best.layout.pp, best.layout.dp)
+            != (
+                rec.tp,
+                rec.pp,
+                1,
+            )
+        ):
             # result.recommendation is then the smallest fit; the layout comparison decides
             result["recommendation"]["superseded_by"] = best.name
     return result
@@ -404,8 +412,8 @@ def command(
             kv_cache_dtype=kv_cache_dtype,
             overhead_bytes=overhead_bytes,
         )
-    layouts: tuple[sizing.Layout, ...] = ()
-    chosen: tuple[sizing.Layout | None, str] = (None, "")
+    layouts: tuple[sizing.LayoutFit, ...] = ()
+    chosen: tuple[sizing.LayoutFit | None, str] = (None, "")
     if rec is not None and arch.moe is not None:  # issue 10: TP×PP vs DP+EP on the same nodes
         layouts = sizing.layout_candidates(
             arch,

@@ -12,14 +12,14 @@ from __future__ import annotations
 import click
 
 import kit.runtime as runtimes
+from kit.cluster.images import pull_image
 from kit.cluster.resolve import resolve
 from kit.commands._options import config_options, json_option, overrides_from
 from kit.commands._params import KitCommand
-from kit.imaging import pull_image
+from kit.images.records import images_file
 from kit.output import emit
 from kit.render import shell_words
 from kit.runtime.base import PullPlan, PullResult
-from kit.state import images_file
 
 HELP = """Pull a vLLM image (Docker image, Apptainer SIF or enroot squashfs) and record its digest.
 

@@ -8,11 +8,11 @@ from typing import Any
 
 import click
 
-from kit import client
 from kit.cluster import Cluster
 from kit.commands._options import cluster_overrides, config_options, json_option
 from kit.commands._params import Count, KitCommand, Number, Url, readable
 from kit.errors import UsageError
+from kit.net import openai as client
 from kit.output import emit
 from kit.render import shell_words
 

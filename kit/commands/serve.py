@@ -7,15 +7,17 @@ from typing import Any
 
 import click
 
-from kit.cluster import Cluster, ServePlan
+from kit.cluster import Cluster, ServePlan, ServeResult
 from kit.cluster.resolve import guessed_warning
 from kit.commands._options import config_options, json_option, overrides_from
 from kit.commands._params import KitCommand
+from kit.commands._signals import sigterm_as_interrupt
 from kit.images.vllm_releases import unknown_warning
+from kit.layout import Layout
 from kit.output import emit, progress, warn
 from kit.plan.exposure import exposures
-from kit.plan.layout import Layout
 from kit.render import shell_quote
+from kit.supervise.events import Event
 
 FLAG_KEYS = {
     "model": "model.id",
@@ -107,7 +109,7 @@ def command(
         plan = {**to_dict(cluster.plan_serve(), cluster.layout), "model_cache": cache.to_dict()}
         prefix = ""
         if config.supervise.enabled:  # issue 18: what the supervisor is told (supervise.json)
-            from kit.supervise.plan import plan_supervise, supervised_text
+            from kit.plan.supervise import plan_supervise, supervised_text
 
             plan["supervise"] = plan_supervise(config)
             prefix = supervised_text(config) + "\n"
@@ -122,30 +124,42 @@ def command(
     config = cluster.config
     drift = cluster.layout_drift()
     warnings += [drift] if drift else []
-    from kit.supervise.hooks import sigterm_as_interrupt
+
+    def show_event(event: Event) -> None:
+        say(f"{event.time} supervisor: {event.kind}: {event.reason}")
+        for line in event.details[-10:]:
+            say(f"  | {line}")
 
     with sigterm_as_interrupt():  # issue 18: SIGTERM cleans up like Ctrl-C
-        if config.supervise.enabled:
-            from kit.supervise.serve import cli_serve
-
-            cli_serve(
-                config,
-                cluster.runtime,
-                replace=replace,
-                detach=detach,
-                as_json=as_json,
-                warnings=cache_warnings + warnings,
-                serve_env=cache.env,
-            )
-            return
-        result = cluster.serve(replace=replace, on_progress=say, notes=cache_warnings).to_dict()
+        result = cluster.serve(replace=replace, on_progress=say, notes=cache_warnings, on_event=show_event)
     warn(warnings, as_json=as_json)
     emit(
         "serve",
-        {**result, "model_cache": cache.to_dict(), "warnings": cache_warnings + warnings},
+        {**result.to_dict(), "model_cache": cache.to_dict(), "warnings": cache_warnings + warnings},
         as_json=as_json,
-        text=f"serving {result['model']} at {result['url']} (healthy after {result['seconds']} s)",
+        text=serve_text(result, detach=detach),
     )
+    if not result.supervised or detach or not result.ready:
+        return
+    try:
+        with sigterm_as_interrupt():
+            cluster.follow_supervision(on_event=show_event)
+    except KeyboardInterrupt:
+        say(f"kit: stopped following; supervision goes on in {result.head} (`kit logs --events`, `kit down` ends it)")
+        raise
+
+
+def serve_text(result: ServeResult, *, detach: bool) -> str:
+    if not result.supervised:
+        return f"serving {result.model} at {result.url} (healthy after {result.seconds} s)"
+    if not result.ready:
+        return f"agents started on {', '.join(result.nodes)}; the head's coordinator ({result.coordinator}) drives them"
+    then = (
+        "supervision goes on in the head container: `kit status`, `kit logs --events`"
+        if detach
+        else "following its events (Ctrl-C leaves it running)"
+    )
+    return f"serving {result.model} at {result.url} under supervision (ready after {result.seconds} s); {then}"
 
 
 def to_dict(plan: ServePlan, layout: Layout) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from kit.cluster import Cluster
@@ -29,14 +31,14 @@ def command(
     its VLLM_HOST_IP. With model.dp > 1: the DP ranks each node should run and which have a live
     engine process. With --slurm JOB: the job's squeue state and its KIT_* lines (URL, tunnel)."""
     if slurm_job is not None:
+        from kit.cluster.serving_status import slurm_summary
         from kit.runtime import get_job_control
-        from kit.supervise.hooks import render_slurm, slurm_summary
 
         job = get_job_control().status(slurm_job)
         doc = {**job.to_dict(), "supervise": slurm_summary(job.output)}  # issue 18: restarts inside the job
         emit("status", {"slurm": doc}, as_json=as_json, text=lambda: job.render() + render_slurm(doc))
         return
-    from kit.supervise.hooks import render_status, status_extras
+    from kit.cluster.serving_status import status_extras
 
     found = Cluster.load(config_path, cluster_overrides(cluster, set_values))
     result = found.status(ray=not no_ray)
@@ -45,3 +47,39 @@ def command(
     extras = status_extras(found.config, found.runtime, found.nodes(), result.ray)
     doc = {**result.to_dict(), **extras}
     emit("status", doc, as_json=as_json, text=lambda: "\n".join([render(result), *render_status(doc)]))
+
+
+def render_status(result: dict[str, Any]) -> list[str]:
+    """The lines `kit status` adds: the server's liveness, supervision, missing Ray nodes."""
+    out = []
+    server = result.get("server")
+    if server is not None:
+        if server["serving"]:
+            word = "serving" if server["state"] == "serving" else "idle, answering"
+            out.append(f"server: {word} at {server['url']} ({len(server['engines'])} engine(s))")
+        else:
+            out.append(f"server: NOT SERVING at {server['url'] or 'the head'}: {server['reason']}")
+    sup = result.get("supervise")
+    if sup is not None:
+        line = (
+            f"supervisor: {'active' if sup['active'] else 'not running'}, {sup['phase']}, "
+            f"generation {sup['generation']}, {sup['restarts']} restart(s)"
+        )
+        if sup.get("last_failure"):
+            line += f"; last failure {sup.get('last_failure_time') or ''}: {sup['last_failure']}"
+        out.append(line)
+    if result.get("ray_missing"):
+        out.append("Ray: missing " + ", ".join(result["ray_missing"]))
+    return out
+
+
+def render_slurm(job: dict[str, Any]) -> str:
+    sup = job.get("supervise")
+    if not sup:
+        return ""
+    line = f"\n  supervisor: {sup['restarts']} restart(s), last event {sup['last_event']} at {sup['last_event_time']}"
+    if sup.get("last_failure"):
+        line += f"; last failure {sup['last_failure_time']}: {sup['last_failure']}"
+    if sup.get("given_up"):
+        line += "; GAVE UP"
+    return line

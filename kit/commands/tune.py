@@ -15,11 +15,12 @@ import click
 from kit.bench import results
 from kit.bench.load import build_load
 from kit.bench.trials import TuneRun, check_layout, check_local, conclude, parse_budget
-from kit.bench.tune import Layout, candidates, check_fits, load_state, parse_layouts, recommendation_line, state_key
+from kit.bench.tune import candidates, check_fits, load_state, parse_layouts, recommendation_line, state_key
 from kit.cluster import Cluster
 from kit.commands._options import cluster_overrides, config_options, json_option, load_options
 from kit.commands._params import KitCommand, readable, writable
 from kit.errors import KitError
+from kit.layout import Layout
 from kit.output import LiveLine, emit, progress, table
 
 
@@ -76,7 +77,7 @@ def command(
       kit tune --layouts tp1,tp2,tp1-dp2 -n 32 --concurrency 4 --plot layouts.png
     """
     from kit.bench import measure
-    from kit.client import read_key
+    from kit.net.openai import read_key
     from kit.state import state_dir
 
     # The budget's end, on the clock every wait below compares with: bring-up, warm-up and

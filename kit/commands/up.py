@@ -118,7 +118,7 @@ def command(
         )
         return
     say = functools.partial(progress, as_json=as_json)
-    from kit.supervise.hooks import sigterm_as_interrupt
+    from kit.commands._signals import sigterm_as_interrupt
 
     with sigterm_as_interrupt():  # issue 18: SIGTERM (a scheduler, `kill`) cleans up like Ctrl-C
         result = cluster.up(

@@ -173,7 +173,7 @@ def command(
     result: VerifyResult
     if job_output:
         from kit import safeload
-        from kit.verify.container_checks import verify_job_output
+        from kit.verify.job_output import verify_job_output
 
         if on_host or image or cluster or config_path or set_values:
             raise UsageError("--job-output judges a job's output alone (no --host, --image, --cluster, --config)")

@@ -1,7 +1,11 @@
-"""Where kit keeps an image's facts (issue 24): one JSON file per image under
-<state>/image-facts/, named by the image's digest (a Docker image id or repo digest, a SIF's
-sha256), so every tag of one image shares them and a retagged image is probed again. The image
-record (kit.state images.json, by reference) names the facts file's key; written atomically.
+"""kit's record of the images it pulled or built, and what they are.
+
+- $KIT_STATE_DIR/images.json (kit/state.py): one entry per reference with the digest it resolved
+  to. `kit pull`/`kit build` record it; `kit up`/`kit verify` compare a node's image with it.
+- <state>/image-facts/ (issue 24): an image's facts (kit/images/facts.py), one JSON file per image
+  named by its digest (a Docker image id or repo digest, a SIF's sha256), so every tag of one image
+  shares them and a retagged image is probed again; the image record names the facts file's key.
+  Written atomically.
 """
 
 from __future__ import annotations
@@ -15,7 +19,23 @@ from pathlib import Path
 from typing import Any
 
 from kit.errors import KitError
-from kit.state import recorded_image, state_dir
+from kit.state import read_records, state_dir, write_record
+
+
+def images_file() -> Path:
+    return state_dir() / "images.json"
+
+
+def record_image(ref: str, digest: str, **extra: Any) -> dict[str, Any]:
+    """Remember what `ref` resolved to; returns the record written."""
+    return write_record(images_file(), ref, {"ref": ref, "digest": digest, **extra}, "image", "kit pull/build")
+
+
+def recorded_image(ref: str) -> dict[str, Any] | None:
+    """The record of `ref`, or None when kit never pulled or built it here."""
+    record = read_records(images_file(), "image", "kit pull/build").get(ref)
+    return record if isinstance(record, dict) else None
+
 
 _KEY_RE = re.compile(r"[a-z0-9]+:[0-9a-f]{32,128}\Z")
 
@@ -101,8 +121,6 @@ def file_stamp(path: str) -> dict[str, int] | None:
 def link_facts(ref: str, key: str, **fields: Any) -> None:
     """Name the facts key in `ref`'s image record (kept as it was otherwise; a new record when kit
     never pulled or built `ref`: the image was probed at first use or by `kit verify --image`)."""
-    from kit.state import record_image
-
     try:
         record = dict(recorded_image(ref) or {})
     except KitError:

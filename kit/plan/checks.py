@@ -3,33 +3,20 @@ the same on every node. (The node's own network is checked where it is planned: 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
 from kit.config import KitConfig
-from kit.config_schema import SECRET_ENV_NAMES
+from kit.config.schema import SECRET_ENV_NAMES
 from kit.errors import ConfigError, ImageRefError
 from kit.images import vllm_releases as versions
 from kit.images.facts import ImageFacts
+from kit.images.reference import is_image_ref
 from kit.plan import image_check
 from kit.plan.layout import ModelFacts
-
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-IMAGE_RE = re.compile(
-    r"^(?:(?P<registry>(?:localhost|[a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)+|[a-zA-Z0-9-]+:[0-9]+"
-    r"|[a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)+:[0-9]+))/)?"
-    rf"(?P<path>{_COMPONENT}(?:/{_COMPONENT})*)"
-    r"(?::(?P<tag>[\w][\w.-]{0,127}))?"
-    r"(?:@(?P<digest>sha256:[a-f0-9]{64}))?\Z"
-)
 
 
 def _src(sources: Mapping[str, str], key: str) -> str:
     return sources.get(key, "default")
-
-
-def is_image_ref(ref: str) -> bool:
-    return bool(IMAGE_RE.match(ref))
 
 
 def check_image(config: KitConfig, sources: Mapping[str, str]) -> None:

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from kit.errors import ConfigError
-from kit.images import familiar_repository, parse_ref
+from kit.images.reference import familiar_repository, parse_ref
 from kit.plan.node import ContainerSpec, Mount
 from kit.plan.paths import API_KEY_PATH, COMPILE_CACHE, HF_HOME, HF_TOKEN_PATH, RAY_TOKEN_PATH
 from kit.render import positional
@@ -207,7 +207,7 @@ def to_pyxis_options(spec: ContainerSpec, image: str) -> list[str]:
 
 
 def to_edf(spec: ContainerSpec, image: str) -> dict[str, Any]:
-    """The CSCS environment definition (a TOML file: see kit.toml_text) of this node's container:
+    """The CSCS environment definition (a TOML file: see kit.render.toml) of this node's container:
     the same image, mounts and environment as pyxis, no entrypoint, a writable root. Values are
     data in a file, not shell; `$` is refused (the Container Engine may expand ${VAR})."""
     check_paths(spec.mounts, "the EDF's mounts", ",:$", absolute=True, blanks=True)

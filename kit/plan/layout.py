@@ -29,19 +29,19 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kit import sizing
+from kit.layout import (
+    BY_CONFIG,
+    BY_FILL,
+    BY_MODEL,
+    BY_MODEL_MEMORY,
+    BY_NO_MODEL,
+    BY_NO_MODEL_DP,
+    Layout,
+)
 
 if TYPE_CHECKING:
     from kit.config import KitConfig
     from kit.sizing import Architecture
-
-# How a layout was decided (Layout.decided_by; the kit.layout-from label). Fixed words only: they
-# are printed in --dry-run comments, so they never hold a configured value.
-BY_CONFIG = "config: model.tp, model.pp and model.dp set"
-BY_FILL = "auto: the GPUs the set values leave"
-BY_MODEL = "auto: model files (kit plan)"
-BY_MODEL_MEMORY = "auto: model files and model.gpu_memory (kit plan)"
-BY_NO_MODEL = "auto: no model files: TP = gpus_per_node, PP = nodes"
-BY_NO_MODEL_DP = "auto: no model files: TP = the GPUs of one replica"
 
 
 @dataclass(frozen=True)
@@ -59,27 +59,6 @@ class ModelFacts:
         if self.architecture is not None:
             return sizing.valid_tp(self.architecture, tp)
         return self.heads is None or sizing.heads_split(self.heads, self.kv_heads, tp)
-
-
-@dataclass(frozen=True)
-class Layout:
-    tp: int
-    pp: int
-    dp: int
-    ep: bool
-    decided_by: str
-    guessed: bool = False  # an auto value the model's files would decide was chosen without them
-
-    @property
-    def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
-
-    def describe(self) -> str:
-        """`TP=4 PP=2 DP=1` (+ ` EP`): kit's own words and numbers."""
-        return f"TP={self.tp} PP={self.pp} DP={self.dp}" + (" EP" if self.ep else "")
-
-    def to_dict(self) -> dict[str, int | bool | str]:
-        return {"tp": self.tp, "pp": self.pp, "dp": self.dp, "ep": self.ep, "decided_by": self.decided_by}
 
 
 def plan_layout(config: KitConfig, model: ModelFacts | None) -> Layout:

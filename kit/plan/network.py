@@ -1,5 +1,5 @@
 """This node's network: its IP, the interface NCCL and Gloo use, and the head's address
-(FIELD_NOTES §1 rows 1-3). The host facts are gathered by the cluster layer (kit.netinfo) and
+(FIELD_NOTES §1 rows 1-3). The host facts are gathered by the cluster layer (kit.net.interfaces) and
 passed in, so the planner stays pure and testable."""
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ def node_labels(config: KitConfig, role: Role, net: NodeNet) -> dict[str, str]:
     `kit bench` and `kit tune` read it back instead of re-deciding it on their own host."""
     lay = config.layout
     m = config.model
-    layout = LayoutLabels(lay.tp, lay.pp, lay.dp, lay.ep, lay.decided_by, config.served_name, m.id, m.max_model_len)
+    layout = LayoutLabels(lay, config.served_name, m.id, m.max_model_len)
     return {
         labels.MANAGED: labels.MANAGED_TRUE,
         labels.CLUSTER: config.cluster,

@@ -16,39 +16,22 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kit import __version__
 from kit.config import KitConfig
 from kit.errors import ConfigError
+from kit.plan import slurm_enroot
 from kit.plan.container_args import to_apptainer_env, to_apptainer_start_argv, to_docker_argv
+from kit.plan.job_vars import argv_text, job_var, runtime_word
 from kit.plan.network import NodeNet
 from kit.plan.node import ContainerSpec, Mount, compile_cache_env, plan_node
 from kit.plan.roles import HEAD, Role
 from kit.plan.scripts import READY_MARK, node_script, ray_token_enabled, serve_script
+from kit.plan.slurm_supervise import supervised
 from kit.plan.vllm import serves_api
-from kit.render import Arg, EnvRef, Word, render, shell_quote
-
-
-def job_var(name: str) -> str:
-    """A value only the job knows (this node's IP, its rank, ...): planned as a sentinel that
-    runtime_word turns into "${NAME}". NUL-delimited, so no configured value can contain one
-    (shell_quote refuses NUL): a value is never mistaken for a sentinel."""
-    return f"\x00{name}\x00"
-
-
-_SENTINEL_RE = re.compile("\x00([A-Z_]+)\x00")
-
-
-def sentinels(text: str) -> set[str]:
-    """The job variables `text` refers to (job_var sentinels)."""
-    return set(_SENTINEL_RE.findall(text))
-
-
-def has_sentinel(text: str, names: Sequence[str]) -> bool:
-    return bool(sentinels(text) & set(names))
-
+from kit.render import render, shell_quote
 
 # A worker's rank is an int in Role: plan_node gets this one, slurm_spec puts job_var("KIT_NODE_RANK")
 # where plan_node wrote it (name, label, env); it is never a real rank.
@@ -64,19 +47,6 @@ JOB_LABEL = "kit.slurm-job"
 WALLTIME_MARGIN_S = 120
 
 _BAD_SBATCH_CHARS = re.compile(r"[\x00-\x1f\x7f\"'\\]")
-
-
-def runtime_word(text: str) -> Arg:
-    """`text` as one shell word: each sentinel becomes the variable the launcher sets inside the
-    job ("${VAR}"), every other character stays literal."""
-    parts: list[str | EnvRef] = []
-    pos = 0
-    for match in _SENTINEL_RE.finditer(text):
-        parts += [text[pos : match.start()], EnvRef(match.group(1))]
-        pos = match.end()
-    if not parts:
-        return text
-    return Word((*parts, text[pos:]))
 
 
 def walltime_seconds(value: str) -> int:
@@ -294,8 +264,6 @@ def plan_launcher(config: KitConfig, *, exclusive: bool = False, edf_paths: Mapp
     head_args = default_head_args(scripts)
     worker_args: tuple[str, ...] = ()
     if config.supervise.enabled:  # issue 18: kit's supervisor runs each node's serve script
-        from kit.supervise.slurm import supervised
-
         scripts, head_args, worker_args = supervised(config, scripts, head_args, worker)
     head_spec, worker_spec = node_specs(config, scripts, head_args=head_args, worker_args=worker_args)
     resources = sbatch_resources(config, exclusive=exclusive)
@@ -321,8 +289,6 @@ def plan_launcher(config: KitConfig, *, exclusive: bool = False, edf_paths: Mapp
         "compile_cache": config.compile_cache.dir,
     }
     if config.runtime in ("pyxis", "edf"):
-        from kit.plan import slurm_enroot  # builds on this module's pieces
-
         return slurm_enroot.render_launcher(config, context, enroot_specs(config), edf_paths)
     return render(
         "sbatch.sh.j2",
@@ -344,8 +310,6 @@ def plan_slurm_files(config: KitConfig, launcher: str, *, exclusive: bool = Fals
     environment definition files it names, beside it (kit.plan.slurm_enroot.edf_paths)."""
     if config.runtime != "edf":
         return {launcher: plan_launcher(config, exclusive=exclusive)}
-    from kit.plan import slurm_enroot
-
     paths = slurm_enroot.edf_paths(launcher, config.nodes)
     text = plan_launcher(config, exclusive=exclusive, edf_paths=paths)
     return {launcher: text, **slurm_enroot.plan_edfs(config, enroot_specs(config), paths)}
@@ -376,16 +340,3 @@ def enroot_specs(config: KitConfig) -> dict[Role, ContainerSpec]:
     """The specs the enroot launchers start, by role: the head, and the workers when there are."""
     head, worker = node_specs(config, container_scripts(config))
     return {head.role: head, **({worker.role: worker} if config.nodes > 1 else {})}
-
-
-def argv_text(argv: Sequence[str], *, joined: int = 2) -> str:
-    """One option (with its value) per line, for a readable launcher (inside a bash array); the
-    first `joined` words share the first line (`docker run`, `apptainer exec`)."""
-    lines: list[str] = []
-    for i, arg in enumerate(argv):
-        quoted = shell_quote(runtime_word(arg))
-        if lines and (i < joined or lines[-1] == "-c"):
-            lines[-1] += " " + quoted  # `docker run`, `apptainer exec`, `-c SCRIPT`
-        else:
-            lines.append(quoted)
-    return "\n      ".join(lines)

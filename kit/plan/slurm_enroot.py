@@ -15,7 +15,7 @@ travel as data (one quoted word each), as in the Docker/Apptainer launcher.
 
 The container environment goes where each runtime reads it: pyxis, exported in the step's own
 subshell and named in --container-env (names only: no value is in a comma list); EDF, the [env]
-table of its TOML file (kit.toml_text). Values only a node knows (its IP, interface, rank) are
+table of its TOML file (kit.render.toml). Values only a node knows (its IP, interface, rank) are
 set by the entry inside the container.
 """
 
@@ -31,11 +31,12 @@ from kit import __version__
 from kit.config import KitConfig
 from kit.errors import ConfigError
 from kit.plan.container_args import to_edf, to_pyxis_options
+from kit.plan.job_vars import argv_text, has_sentinel, job_var, runtime_word, sentinels
 from kit.plan.node import ContainerSpec
 from kit.plan.roles import Role
-from kit.plan.slurm import argv_text, has_sentinel, job_var, runtime_word, sentinels
 from kit.render import render, shell_quote
-from kit.toml_text import to_toml
+from kit.render.toml import to_toml
+from kit.resources import program_source
 
 ENROOT_RUNTIMES = ("pyxis", "edf")
 PROBE_MARK = "KIT_PROBE"
@@ -79,11 +80,6 @@ def node_entry(runtime: str, env: Mapping[str, str]) -> str:
     exports = [shell_quote(runtime_word(f"{k}={v}")) for k, v in env.items()]
     return render("slurm_node_entry.sh.j2", version=__version__, runtime=runtime, exports=exports,
                   probe_mark=PROBE_MARK)  # fmt: skip
-
-
-def probe_source() -> str:
-    """The node probe (stdlib only, runnable in any image with python3)."""
-    return (Path(__file__).parents[1] / "verify" / "probe.py").read_text()
 
 
 def enroot_steps(
@@ -133,7 +129,7 @@ def render_launcher(
     check_enroot_config(config)
     edf_vars = {role: f"KIT_{role.kind.upper()}_EDF" for role in specs}
     entries, steps = enroot_steps(config, specs, edf_vars)
-    scripts = {**dict(context["scripts"]), **entries, "KIT_PROBE": probe_source()}  # type: ignore[call-overload]
+    scripts = {**dict(context["scripts"]), **entries, "KIT_PROBE": program_source("verify/probe.py")}  # type: ignore[call-overload]
     edf_files: dict[str, str] = {}
     if config.runtime == "edf":
         where = paths or edf_paths(f"kit-{config.cluster}.sbatch", config.nodes)

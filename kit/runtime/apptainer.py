@@ -37,7 +37,7 @@ from typing import Any
 
 from kit import proc
 from kit.errors import CommandError, ConfigError, ImageError, KitError, RuntimeUnavailable, StartError
-from kit.images import ContextPlan, definition_build_args, takes_build_args
+from kit.images.build import ContextPlan, definition_build_args, takes_build_args
 from kit.plan.container_args import (
     APPTAINER_ENV_PREFIX,
     SINGULARITY_ENV_PREFIX,
@@ -206,7 +206,7 @@ class ApptainerRuntime(ContainerRuntime, ImageStore):
         into <image_dir>/<sif_name(ref)>. Runs written under a temporary name (see pull)."""
         uri = pull_uri(ref)
         if uri.startswith("docker://"):  # other schemes are apptainer's to check
-            from kit.images import parse_ref
+            from kit.images.reference import parse_ref
 
             parse_ref(uri.removeprefix("docker://"))
         dest = Path(self.settings.image_dir).expanduser() / sif_name(ref)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from kit.errors import UsageError
 
 if TYPE_CHECKING:
-    from kit.images import ContextPlan
+    from kit.images.build import ContextPlan
     from kit.plan.node import ContainerSpec
 
 

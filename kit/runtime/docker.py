@@ -22,18 +22,15 @@ from typing import Any
 
 from kit import proc
 from kit.errors import CommandError, ImageError, KitError, RuntimeUnavailable, StartError, UsageError
-from kit.images import (
+from kit.images.build import (
     CONTEXT_PLACEHOLDER,
     ContextPlan,
-    PullProgress,
-    build_step_line,
     docker_build_argv,
-    parse_ref,
-    pick_digest,
-    shorten_build_error,
     to_docker_build_kwargs,
     write_build_context,
 )
+from kit.images.progress import PullProgress, build_step_line, shorten_build_error
+from kit.images.reference import parse_ref, pick_digest
 from kit.plan.container_args import to_docker_kwargs
 from kit.plan.node import ContainerSpec
 from kit.render import shell_words

@@ -46,6 +46,7 @@ from kit.sizing.architecture import (
     Vision,
     parse_architecture,
     summarize_layers,
+    with_quantization,
 )
 from kit.sizing.gpus import (
     DEFAULT_GPU_MEMORY_UTILIZATION,
@@ -61,9 +62,9 @@ from kit.sizing.gpus import (
 )
 from kit.sizing.hub import find_model_dir, load_checkpoint_size, load_model_config
 from kit.sizing.kv import KVEstimate, LayerKV, kv_bytes_per_token
-from kit.sizing.layouts import Layout, layout_candidates, pick_layout
+from kit.sizing.layouts import LayoutFit, layout_candidates, pick_layout
 from kit.sizing.limits import MAX_LAYERS, MAX_POSITIONS
-from kit.sizing.quantization import WeightFormat, parse_weight_format, with_quantization
+from kit.sizing.quantization import WeightFormat, parse_weight_format
 from kit.sizing.recommend import Recommendation, recommend
 from kit.sizing.split import best_tp, heads_split, valid_tp
 from kit.sizing.weights import CategoryBytes, Tensor, WeightEstimate, estimate_weights, layer_tensors, tensor_bytes
@@ -85,7 +86,7 @@ __all__ = [
     "KVEstimate",
     "KiB",
     "LayerKV",
-    "Layout",
+    "LayoutFit",
     "LinearAttention",
     "MiB",
     "MoE",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kit.errors import ConfigError
@@ -410,3 +410,62 @@ def summarize_layers(kinds: Sequence[str]) -> str:
     if len(counts) == 1:
         return f"{len(kinds)} ({next(iter(counts))})"
     return f"{len(kinds)} (" + ", ".join(f"{n} {k}" for k, n in counts.items()) + ")"
+
+
+def with_quantization(arch: Architecture, quantization: str | None) -> Architecture:
+    """Apply a `--quantization` override (vLLM's names) to an architecture."""
+    if not quantization or quantization in ("auto", "none"):
+        return arch
+    q = quantization.lower()
+    fmt = arch.weight_format
+    # Kernel choices for an already-quantized checkpoint: same bytes on the GPU.
+    same_bytes = {
+        "gptq": ("gptq",),
+        "gptq_marlin": ("gptq",),
+        "awq": ("awq",),
+        "awq_marlin": ("awq",),
+        "cpu_awq": ("awq",),
+        "marlin": ("gptq", "awq"),
+        "moe_wna16": ("gptq", "awq", "int-pack"),
+        "auto-round": ("gptq", "awq"),
+        "inc": ("gptq", "awq"),
+        "compressed-tensors": ("int-pack", "fp8", "nvfp4", "mxfp4"),
+        "fp8": ("fp8",),
+        "fbgemm_fp8": ("fp8",),
+        "modelopt": ("fp8", "nvfp4"),
+        "modelopt_fp4": ("nvfp4",),
+        "petit_nvfp4": ("nvfp4",),
+        "mxfp4": ("mxfp4",),
+        "quark": ("fp8", "mxfp4", "int-pack"),
+        "bitsandbytes": ("bnb-int8", "bnb-nf4"),
+    }
+    if fmt.method != "none":
+        if fmt.method in same_bytes.get(q, ()):
+            return arch
+        raise ConfigError(
+            f"--quantization {quantization} does not match the checkpoint ({fmt.method})",
+            key="quantization",
+            hint=f"drop --quantization, or use one that reads {fmt.method} weights",
+        )
+    # Online quantization of a bf16/fp16 checkpoint: the GPU holds the quantized weights.
+    if q in ("fp8", "fbgemm_fp8", "ptpc_fp8"):  # weights cast to fp8 at load
+        fmt = WeightFormat(method="fp8", dtype=fmt.dtype, bits=8, scale_bytes=4)
+        return replace(arch, weight_format=fmt)
+    if q == "experts_int8":  # vLLM ExpertsInt8: MoE experts to int8 with an fp32 scale per row
+        if arch.moe is None:
+            raise ConfigError(
+                "--quantization experts_int8 needs an MoE model", key="quantization", hint="drop --quantization"
+            )
+        fmt = WeightFormat(
+            method="int8", dtype=fmt.dtype, bits=8, scale_bytes=4, per_channel_scale=True, experts_only=True
+        )
+        return replace(arch, weight_format=fmt)
+    if q == "bitsandbytes":  # in-flight 4-bit (NF4, blocks of 64, no double quant)
+        fmt = WeightFormat(method="bnb-nf4", dtype=fmt.dtype, bits=4, group_size=64, scale_bytes=4)
+        return replace(arch, weight_format=fmt)
+    raise ConfigError(
+        f"--quantization {quantization} needs a checkpoint quantized that way",
+        key="quantization",
+        hint="online quantization kit can size: fp8, fbgemm_fp8, ptpc_fp8, experts_int8, bitsandbytes; "
+        "otherwise use a quantized checkpoint",
+    )

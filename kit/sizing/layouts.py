@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kit.errors import ConfigError
+from kit.layout import Layout
 from kit.sizing.architecture import Architecture
 from kit.sizing.gpus import DEFAULT_GPU_MEMORY_UTILIZATION, DEFAULT_MAX_NUM_SEQS, DEFAULT_OVERHEAD_BYTES, format_bytes
 from kit.sizing.kv import KVEstimate, kv_bytes_per_token
@@ -16,19 +18,14 @@ from kit.sizing.weights import WeightEstimate, estimate_weights
 
 
 @dataclass(frozen=True)
-class Layout:
-    """One way to spread a model over `nodes × gpus_per_node` GPUs: TP × PP × DP = GPUs.
-
-    `ep` is the expert-parallel size: 1 when experts are split by TP (no
-    --enable-expert-parallel), else TP × DP (vLLM: the EP group spans the TP × DP ranks).
-    Memory figures are per GPU on the worst pipeline stage; `max_concurrent_seqs` counts
+class LayoutFit:
+    """How one layout (kit.layout: TP × PP × DP = `nodes × gpus_per_node` GPUs, EP on or off) holds
+    the model: memory figures per GPU on the worst pipeline stage; `max_concurrent_seqs` counts
     full-length sequences the KV room of the whole cluster holds (every DP rank has its own).
+    The EP size is `layout.ep_size` (TP × DP with EP: vLLM's EP group spans the TP × DP ranks).
     """
 
-    tp: int
-    pp: int
-    dp: int
-    ep: int
+    layout: Layout
     nodes: int
     gpus_per_node: int
     max_model_len: int
@@ -47,26 +44,30 @@ class Layout:
     why_not: str = ""
 
     @property
-    def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
-
-    @property
     def kind(self) -> str:
-        return "dp+ep" if self.dp > 1 else "tp×pp"
+        return "dp+ep" if self.layout.dp > 1 else "tp×pp"
+
+    def to_dict(self) -> dict[str, Any]:
+        """`kit plan --json`'s candidate: the layout's sizes (`ep` the EP group size) and the figures."""
+        lay = self.layout
+        fields = {k: v for k, v in dataclasses.asdict(self).items() if k != "layout"}
+        return {"tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "ep": lay.ep_size, **fields, "gpus": lay.gpus}
 
     @property
     def name(self) -> str:
-        if self.dp > 1:
-            return f"DP{self.dp}+EP{self.ep} (TP{self.tp})" if self.ep > 1 else f"DP{self.dp} (TP{self.tp})"
-        return f"TP{self.tp}×PP{self.pp}"
+        lay = self.layout
+        if lay.dp > 1:
+            return f"DP{lay.dp}+EP{lay.ep_size} (TP{lay.tp})" if lay.ep else f"DP{lay.dp} (TP{lay.tp})"
+        return f"TP{lay.tp}×PP{lay.pp}"
 
     def vllm_args(self) -> list[str]:
-        args = ["--tensor-parallel-size", str(self.tp)]
-        if self.pp > 1:
-            args += ["--pipeline-parallel-size", str(self.pp)]
-        if self.dp > 1:
-            args += ["--data-parallel-size", str(self.dp), "--data-parallel-size-local", str(self.dp // self.nodes)]
-        if self.ep > 1:
+        lay = self.layout
+        args = ["--tensor-parallel-size", str(lay.tp)]
+        if lay.pp > 1:
+            args += ["--pipeline-parallel-size", str(lay.pp)]
+        if lay.dp > 1:
+            args += ["--data-parallel-size", str(lay.dp), "--data-parallel-size-local", str(lay.dp // self.nodes)]
+        if lay.ep:
             args.append("--enable-expert-parallel")
         return [*args, "--max-model-len", str(self.max_model_len)]
 
@@ -87,7 +88,7 @@ def _layout(
     max_model_len: int,
     max_num_seqs: int,
     why_not: str = "",
-) -> Layout:
+) -> LayoutFit:
     total, worst_kv, _ = worst_stage(arch, weights, kv, tp=tp, pp=pp, ep=ep, seq_len=max_model_len)
     # Experts per GPU on the worst stage: the stage with the most layers holds the most.
     per_stage = max(len(r) for r in pp_stages(arch.num_layers, pp))
@@ -98,11 +99,8 @@ def _layout(
         why_not = f"weights {format_bytes(total)} + overhead leave no KV room in {format_bytes(budget)}"
     elif not why_not and per_replica < 1:
         why_not = f"one {max_model_len}-token sequence needs {format_bytes(worst_kv)} of KV per GPU"
-    return Layout(
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        ep=ep,
+    return LayoutFit(
+        layout=Layout(tp, pp, dp, ep > 1),
         nodes=nodes,
         gpus_per_node=gpus_per_node,
         max_model_len=max_model_len,
@@ -133,7 +131,7 @@ def layout_candidates(
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
     kv_cache_dtype: str = "auto",
     overhead_bytes: int = DEFAULT_OVERHEAD_BYTES,
-) -> tuple[Layout, ...]:
+) -> tuple[LayoutFit, ...]:
     """Every TP×PP layout of the cluster, and for MoE models every DP+EP layout, with the
     weights, KV room and concurrent full-length sequences of each (pure; `kit plan`, `kit tune`).
 
@@ -167,7 +165,7 @@ def layout_candidates(
         "max_num_seqs": max_num_seqs,
     }
     tps = [tp for tp in range(gpus_per_node, 0, -1) if gpus_per_node % tp == 0 and valid_tp(arch, tp)]
-    out: list[Layout] = []
+    out: list[LayoutFit] = []
     for tp in tps:
         pp = gpus // tp
         if pp <= arch.num_layers:
@@ -185,7 +183,7 @@ def layout_candidates(
     return tuple(out)
 
 
-def pick_layout(candidates: Sequence[Layout]) -> tuple[Layout | None, str]:
+def pick_layout(candidates: Sequence[LayoutFit]) -> tuple[LayoutFit | None, str]:
     """The layout that runs the most full-length sequences at once, and one line why.
 
     vLLM schedules at most max-num-seqs sequences per engine, and every DP rank is an engine,
@@ -196,13 +194,13 @@ def pick_layout(candidates: Sequence[Layout]) -> tuple[Layout | None, str]:
     if not fitting:
         return None, "no layout holds the weights and one full-length sequence on these GPUs"
 
-    def rank(c: Layout) -> tuple[int, int, int, bool, int]:
-        return (c.scheduled_seqs, -c.pp, c.max_concurrent_seqs, c.dp == 1, c.tp)
+    def rank(c: LayoutFit) -> tuple[int, int, int, bool, int]:
+        return (c.scheduled_seqs, -c.layout.pp, c.max_concurrent_seqs, c.layout.dp == 1, c.layout.tp)
 
     best = max(fitting, key=rank)
     others = [c for c in fitting if c.kind != best.kind]
     if not others:
-        missing = "DP+EP" if best.dp == 1 else "TP×PP"
+        missing = "DP+EP" if best.layout.dp == 1 else "TP×PP"
         why = next((c.why_not for c in candidates if c.kind != best.kind), "")
         return best, f"{best.name} is the best fitting layout; no {missing} layout fits" + (f" ({why})" if why else "")
     rival = max(others, key=rank)
@@ -211,13 +209,14 @@ def pick_layout(candidates: Sequence[Layout]) -> tuple[Layout | None, str]:
         f"vs {rival.scheduled_seqs} for {rival.name}"
     )
     if best.scheduled_seqs == rival.scheduled_seqs:
-        reason = f"same concurrency with {'fewer pipeline stages' if best.pp < rival.pp else 'more KV room'}"
-    elif best.dp > 1 and rival.scheduled_seqs < rival.max_concurrent_seqs:
+        fewer = best.layout.pp < rival.layout.pp
+        reason = f"same concurrency with {'fewer pipeline stages' if fewer else 'more KV room'}"
+    elif best.layout.dp > 1 and rival.scheduled_seqs < rival.max_concurrent_seqs:
         reason = (
             f"one TP×PP engine schedules at most max-num-seqs {rival.max_num_seqs}; "
-            f"DP runs {best.dp} engines, each with its own KV cache"
+            f"DP runs {best.layout.dp} engines, each with its own KV cache"
         )
-    elif best.dp > 1:
+    elif best.layout.dp > 1:
         reason = "experts split over all GPUs by EP leave more KV room on every DP rank"
     else:
         reason = "DP+EP copies attention and dense weights on every DP rank, leaving less KV room"

@@ -5,7 +5,7 @@ Two halves live here:
 - in the node containers (standard library only, shipped as one zip file, kit/supervise/bundle.py):
   `agent` (one per node: runs the node's serve script in its own process group, scans its engine
   processes, reports to the coordinator, obeys its orders), `coordinator` (on the head: gathers the
-  reports, judges liveness with kit/liveness.py, drives `policy`, records `events`), `protocol`
+  reports, judges liveness with kit/health/liveness.py, drives `policy`, records `events`), `protocol`
   (the HTTP control protocol between them), `procs` (process groups and /proc), `watch` (the
   head's /health, /metrics and one-token probes over urllib);
 - on the host (kit's own dependencies): `plan` (what to supervise, from the config), `host`

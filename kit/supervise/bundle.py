@@ -23,8 +23,9 @@ KIT_DIR = Path(__file__).resolve().parents[1]
 # Modules shipped, as paths under kit/ (every import they make is here or in the standard library).
 MODULES = (
     "errors.py",
-    "metrics.py",
-    "liveness.py",
+    "health/__init__.py",
+    "health/prometheus.py",
+    "health/liveness.py",
     "supervise/__init__.py",
     "supervise/agent.py",
     "supervise/coordinator.py",
@@ -32,10 +33,10 @@ MODULES = (
     "supervise/main.py",
     "supervise/policy.py",
     "supervise/procs.py",
+    "supervise/ray_alive.py",
     "supervise/protocol.py",
     "supervise/watch.py",
 )
-MAIN = "import sys\nfrom kit.supervise.main import main\nsys.exit(main(sys.argv[1:]))\n"
 _DATE = (1980, 1, 1, 0, 0, 0)
 
 
@@ -43,7 +44,7 @@ _DATE = (1980, 1, 1, 0, 0, 0)
 def build() -> bytes:
     """The zip file's bytes."""
     files = {
-        "__main__.py": MAIN,
+        "__main__.py": (KIT_DIR / "supervise" / "__main__.py").read_text(),
         "kit/__init__.py": f'"""kit\'s supervise bundle (kit {__version__})."""\n\n__version__ = "{__version__}"\n',
     }
     for module in MODULES:

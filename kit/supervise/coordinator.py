@@ -1,6 +1,6 @@
 """The coordinator, in the head container (standard library only, in the supervise bundle): a
 small HTTP control endpoint on the head's node IP (ports.supervisor) for the agents' reports, a
-loop that observes the server (kit/supervise/watch.py), judges it (kit/liveness.py) and steps the
+loop that observes the server (kit/supervise/watch.py), judges it (kit/health/liveness.py) and steps the
 state machine (kit/supervise/policy.py), and the record: state.json (rewritten every second, so
 kit can tell a live coordinator from a dead one) and events.jsonl, both in the run directory,
 plus a `KIT_EVENT {...}` line per event on its output (the job output under SLURM).
@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import pkgutil
 import signal
 import subprocess
 import sys
@@ -27,17 +28,19 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from kit import liveness
+from kit.health import liveness
 from kit.supervise import events as ev
 from kit.supervise import policy, protocol, watch
 from kit.supervise.policy import Seen, Settings, State, Tick
 
-# Ray backend: before (re)starting the serve step, every node must be alive in the Ray cluster.
-RAY_ALIVE_PY = (
-    "import sys, ray\n"
-    "ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False)\n"
-    "print('KIT_RAY_ALIVE', sum(1 for n in ray.nodes() if n.get('Alive')))\n"
-)
+
+def ray_alive_source() -> str:
+    """kit/supervise/ray_alive.py's text, from the bundle (a zip) or the package alike. Ray
+    backend: before (re)starting the serve step, every node must be alive in the Ray cluster."""
+    data = pkgutil.get_data("kit.supervise", "ray_alive.py")
+    if data is None:  # only a broken bundle lacks it (kit/supervise/bundle.py MODULES)
+        raise RuntimeError("kit/supervise/ray_alive.py is missing from the supervise bundle")
+    return data.decode()
 
 
 @dataclass(frozen=True)
@@ -355,7 +358,7 @@ class Coordinator:
             return None
         try:
             done = subprocess.run(
-                [sys.executable, "-c", RAY_ALIVE_PY, self.config.ray_address],
+                [sys.executable, "-c", ray_alive_source(), self.config.ray_address],
                 capture_output=True,
                 text=True,
                 timeout=60,

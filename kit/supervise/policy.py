@@ -16,7 +16,7 @@ Phases (one generation = one start of the whole group on every node):
 A failure is one of: a node that stopped reporting (its container died) or came back with a new
 agent (its container restarted), `vllm serve` that exited, an engine process gone from a node,
 the API down or an engine missing from /metrics for `confirm_s`, an engine judged hung by
-kit/liveness.py, or not ready within `ready_s`. Restarts count in a row: they start again from 0
+kit/health/liveness.py, or not ready within `ready_s`. Restarts count in a row: they start again from 0
 once the group has served for `stable_s`.
 """
 
@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kit.liveness import Verdict
+from kit.health.liveness import Verdict
 from kit.supervise.events import Event
 from kit.supervise.protocol import Order, Report
 

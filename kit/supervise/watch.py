@@ -1,7 +1,7 @@
 """The coordinator's view of the server, over urllib (standard library: it runs in the head
-container, where kit and `requests` may be missing): /health, /metrics parsed by kit/metrics.py,
-and the one-token probe pinned to one engine. The same questions kit/observe.py asks from the
-host; the answers are the same kit/liveness.py types, judged the same way.
+container, where kit and `requests` may be missing): /health, /metrics parsed by kit/health/prometheus.py,
+and the one-token probe pinned to one engine. The same questions kit/health/observe.py asks from the
+host; the answers are the same kit/health/liveness.py types, judged the same way.
 
 Proxies from the environment are ignored: the server is on this node's own IP.
 """
@@ -15,11 +15,11 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kit import metrics
 from kit.errors import ServerError
-from kit.liveness import EngineSample, Observation, Probe
+from kit.health import prometheus as metrics
+from kit.health.liveness import EngineSample, Observation, Probe
 
-DP_RANK_HEADER = "X-data-parallel-rank"  # as kit/observe.py: vLLM routes the request to that rank
+DP_RANK_HEADER = "X-data-parallel-rank"  # as kit/health/observe.py: vLLM routes the request to that rank
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 

@@ -18,6 +18,7 @@ from kit.verify.checks import transport as _transport
 from kit.verify.checks.cluster import VERSION_KEYS, check_exposure
 from kit.verify.checks.node import SHM_MIN_BYTES
 from kit.verify.checks.transport import EXPECTS, FLOORS_GBPS
+from kit.verify.container_checks import check_container
 from kit.verify.facts import CollectiveFacts, NodeFacts, RayNode, nodes_from_probe
 from kit.verify.nccl import TransportSummary
 
@@ -102,8 +103,6 @@ def check_node(
 
 def _container_checks(node: str, facts: ProbeJson) -> list[Check]:
     """What enroot's hooks gave a pyxis/EDF container (none for other runtimes)."""
-    from kit.verify.container_checks import check_container  # it builds on this module
-
     return check_container(node, facts)
 
 

@@ -276,7 +276,7 @@ def container_facts(sys_root: str = "/sys") -> dict[str, Any]:
     }
 
 
-# kit fetch's manifest beside a snapshot (kit/fetch.py manifest_path, MANIFEST_FORMAT): read here
+# kit fetch's manifest beside a snapshot (kit/models/fetch.py manifest_path, MANIFEST_FORMAT): read here
 # without importing kit. The weights index names the shards when there is no manifest.
 MANIFEST_FORMAT = 1
 INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
@@ -320,7 +320,7 @@ def expected_files(snapshot: Path, manifest: Any) -> tuple[dict[str, int | None]
 
 def snapshot_files(snapshot: Path, manifest: Any) -> dict[str, Any]:
     """What the snapshot holds against what it must: the files and their total size, and what is
-    missing or of another size than kit's manifest recorded (the check of kit/fetch.py's
+    missing or of another size than kit's manifest recorded (the check of kit/models/fetch.py's
     check_snapshot, without kit)."""
     expected, sized = expected_files(snapshot, manifest)
     sizes: dict[str, int] = {}

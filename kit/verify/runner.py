@@ -17,12 +17,10 @@ from typing import Any, Protocol
 
 from kit import proc
 from kit.errors import CommandError, KitError
+from kit.resources import program_source
 from kit.runtime.base import ExecResult, NodeHandle
 from kit.verify import nccl, policy
 from kit.verify.report import VerifyResult
-
-PROBE_PATH = Path(__file__).with_name("probe.py")
-COLLECTIVE_PATH = Path(__file__).with_name("collective.py")
 
 
 class NodeRunner(Protocol):
@@ -40,12 +38,17 @@ class NodeRunner(Protocol):
     ) -> ExecResult: ...
 
 
+# This host runs the probes from their files; containers get their text (program_source).
+PROBE_PATH = Path(__file__).with_name("probe.py")
+COLLECTIVE_PATH = Path(__file__).with_name("collective.py")
+
+
 def probe_source() -> str:
-    return PROBE_PATH.read_text()
+    return program_source("verify/probe.py")
 
 
 def collective_source() -> str:
-    return COLLECTIVE_PATH.read_text()
+    return program_source("verify/collective.py")
 
 
 # The head's Ray view (kit.commands.status.ray_view + merge_views): one row per Ray node with

@@ -14,8 +14,8 @@ from typing import Any
 from kit.bench.dataset import Prompt
 from kit.bench.runner import Runner, Target
 from kit.bench.schedule import LoadPoint
+from kit.plan.supervise import RUN_DIR
 from kit.supervise import events
-from kit.supervise.plan import RUN_DIR
 
 # Shell run inside a node container: signal every process whose title (argv[0]) starts with $1.
 SIGNAL_TITLE = (

@@ -1,5 +1,5 @@
 """Metrics and liveness on the real 2-node CPU cluster with DP=2 (issue 18): vLLM's CPU build, one
-engine per node container, the head's API server in front. kit/observe.py scrapes the head and
+engine per node container, the head's API server in front. kit/health/observe.py scrapes the head and
 both engines appear with their tokens; `kit metrics --json` reports both; the file_sd target kit
 writes serves the metrics and the headless worker serves none; every metric of deploy/grafana's
 dashboard exists in the live scrape; a one-token probe pinned to an engine reaches that engine;
@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 import requests
 
-from kit import liveness, metrics, observe
+from kit.health import liveness, observe
+from kit.health import prometheus as metrics
 from tests import promql
 from tests.integration.clusters import make_kit, two_node_mp_env
 

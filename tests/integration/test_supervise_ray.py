@@ -28,9 +28,9 @@ from typing import Any
 import pytest
 import requests
 
+from kit.cluster import supervision as host
 from kit.config import load_config
 from kit.runtime.docker import DockerRuntime
-from kit.supervise import host
 from tests.integration import supervise_support as sup
 from tests.integration.clusters import make_kit, two_node_ray_env
 

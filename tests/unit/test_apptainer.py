@@ -17,7 +17,7 @@ import pytest
 from kit import resources
 from kit.config import KitConfig
 from kit.errors import ConfigError, ImageError, RuntimeUnavailable, StartError
-from kit.images import plan_build_context
+from kit.images.build import plan_build_context
 from kit.plan.network import NodeNet
 from kit.plan.node import plan_node
 from kit.plan.roles import HEAD

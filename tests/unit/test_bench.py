@@ -430,7 +430,8 @@ def facts(heads: int, kv_heads: int, experts: int | None = None) -> Any:
 
 
 def test_layout_parsing_and_candidates() -> None:
-    from kit.bench.tune import Layout, candidates, check_fits, parse_layouts
+    from kit.bench.tune import candidates, check_fits, parse_layouts
+    from kit.layout import Layout
 
     assert parse_layouts("tp1, tp2,tp2-pp2,tp1") == [Layout(1), Layout(2), Layout(2, 2)]
     assert parse_layouts("tp1-dp2,tp2_dp8-ep") == [Layout(1, 1, 2), Layout(2, 1, 8, ep=True)]
@@ -466,8 +467,8 @@ def test_layout_parsing_and_candidates() -> None:
 
 def test_tune_refuses_a_layout_kit_up_would_refuse(tmp_path: Path) -> None:
     from kit.bench.trials import check_layout
-    from kit.bench.tune import Layout
     from kit.cluster import Cluster
+    from kit.layout import Layout
     from tests.conftest import make_config
 
     config = make_config(**{"model.tp": 8, "nodes": 2, "gpus_per_node": 8})
@@ -711,7 +712,7 @@ class SlowNodes:
 def test_serve_cluster_stops_waiting_for_health_at_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     from types import SimpleNamespace
 
-    import kit.client
+    import kit.net.openai
     from kit.cluster import Cluster
     from kit.errors import StartError
     from kit.plan.roles import HEAD
@@ -722,7 +723,7 @@ def test_serve_cluster_stops_waiting_for_health_at_the_deadline(monkeypatch: pyt
     assert config.timeouts.ready >= 60
     runtime = SlowNodes(ready_s=0)
     runtime.start(SimpleNamespace(name="kit-llama-head", role=HEAD))
-    monkeypatch.setattr(kit.client, "health", lambda url, timeout=3: False)  # never healthy
+    monkeypatch.setattr(kit.net.openai, "health", lambda url, timeout=3: False)  # never healthy
     start = time.monotonic()
     with pytest.raises(StartError, match=r"the time budget ran out \d+ s into waiting for http://127\.0\.0\.1:8000"):
         Cluster.from_config(config, runtime=runtime, image=recorded_facts(ray="2.60.0")).serve(  # type: ignore[arg-type]
@@ -738,13 +739,13 @@ def test_tune_budget_bounds_the_whole_bring_up(
     node takes 1.5 s, the server never gets healthy, the budget is 3 s. Each wait used to get the
     whole remainder (1.5 + 1.5 + ~2 s here; up to ~3x the budget on a real cluster)."""
     import kit.bench.trials
-    import kit.client
+    import kit.net.openai
     from kit.cli import main
 
     runtime = SlowNodes(ready_s=1.5)
     two_nodes = {"KIT_NODES": "2", "KIT_GPUS_PER_NODE": "1", "KIT_NETWORK": "kt-net"}
     tune_env(monkeypatch, tmp_path, runtime, KIT_NETWORK_SUBNET="10.251.7.0/24", **two_nodes)
-    monkeypatch.setattr(kit.client, "health", lambda url, timeout=3: False)
+    monkeypatch.setattr(kit.net.openai, "health", lambda url, timeout=3: False)
     monkeypatch.setattr(kit.bench.trials, "MIN_LAYOUT_S", 0)
     start = time.monotonic()
     with pytest.raises(SystemExit) as info:

@@ -123,7 +123,7 @@ def test_help_lists_every_verb_and_exit_codes() -> None:
 
 def test_image_drift_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from kit.cluster.nodes import image_drift
-    from kit.state import record_image
+    from kit.images.records import record_image
 
     monkeypatch.setenv("KIT_STATE_DIR", str(tmp_path))
 

@@ -23,6 +23,7 @@ from kit.cluster.status import render
 from kit.config import KitConfig, load_config
 from kit.errors import ConfigError, StartError
 from kit.labels import LayoutLabels
+from kit.layout import Layout
 from kit.plan.layout import BY_CONFIG
 from kit.plan.node import ContainerSpec
 from kit.plan.roles import HEAD, Role
@@ -137,9 +138,9 @@ def cpu_config(**more: object) -> KitConfig:
 
 @pytest.fixture
 def healthy(monkeypatch: pytest.MonkeyPatch) -> None:
-    import kit.client
+    import kit.net.openai
 
-    monkeypatch.setattr(kit.client, "health", lambda url, timeout=3: True)
+    monkeypatch.setattr(kit.net.openai, "health", lambda url, timeout=3: True)
 
 
 def test_bring_up_starts_workers_then_the_head_and_records_the_layout() -> None:
@@ -160,7 +161,7 @@ def test_bring_up_starts_workers_then_the_head_and_records_the_layout() -> None:
     assert seen == ["kit up --worker: kit-kc-worker-1 at 10.9.8.11", "kit up --head: kit-kc-head at 10.9.8.10"]
     for spec in rt.specs.values():
         recorded = LayoutLabels.from_labels(spec.labels)
-        assert recorded == LayoutLabels(2, 1, 1, False, BY_CONFIG, "tiny", "kit/tiny-llama", 2048)
+        assert recorded == LayoutLabels(Layout(2, 1, 1, False, BY_CONFIG), "tiny", "kit/tiny-llama", 2048)
     # A Ray worker waits for the JOINED mark; `up` does not recreate what runs unless asked.
     ray = Cluster.from_config(cpu_config(cluster="kr", backend="ray", accelerator="gpu"), runtime=rt, image=IMAGE)
     assert ray.up(Role("worker", 1)).ready_line == JOINED_MARK
@@ -185,7 +186,7 @@ def test_up_makes_the_compile_cache_folder_first_or_starts_nothing(tmp_path: Pat
 
 
 def test_labels_round_trip_and_refuse_garbage() -> None:
-    recorded = LayoutLabels(4, 2, 1, True, "auto: model files (kit plan)", "llama", "org/m", None)
+    recorded = LayoutLabels(Layout(4, 2, 1, True, "auto: model files (kit plan)"), "llama", "org/m", None)
     assert LayoutLabels.from_labels(recorded.to_labels()) == recorded
     assert set(recorded.to_labels()) == {labels.TP, labels.PP, labels.DP, labels.EP, labels.LAYOUT_FROM,
                                          labels.SERVED_NAME, labels.MODEL}  # fmt: skip
@@ -207,7 +208,7 @@ def test_serve_waits_for_health_then_status_and_bench_read_the_labels(healthy: N
     # A kit.yaml that says otherwise: status, bench and serve go by what the nodes were started with.
     other = Cluster.from_config(cpu_config(**{"model.tp": 1, "model.dp": 2}), runtime=rt, image=IMAGE)
     status = other.status(ray=False)
-    assert status.layout is not None and (status.layout.tp, status.layout.dp) == (2, 1)
+    assert status.layout is not None and (status.layout.layout.tp, status.layout.layout.dp) == (2, 1)
     assert "dp" not in status.to_dict()  # started with DP 1: no DP view, whatever the kit.yaml says
     assert render(status).splitlines()[1] == f"layout: TP=2 PP=1 DP=1 ({BY_CONFIG})"
     plan = cluster_info(other, served.url, "0.32.0", "tiny")["plan"]
@@ -218,9 +219,9 @@ def test_serve_waits_for_health_then_status_and_bench_read_the_labels(healthy: N
 
 
 def test_serve_gives_up_with_the_log_tail_when_the_server_dies(monkeypatch: pytest.MonkeyPatch) -> None:
-    import kit.client
+    import kit.net.openai
 
-    monkeypatch.setattr(kit.client, "health", lambda url, timeout=3: False)
+    monkeypatch.setattr(kit.net.openai, "health", lambda url, timeout=3: False)
     rt = FakeRuntime()
     cluster = Cluster.from_config(cpu_config(), runtime=rt, image=IMAGE)
     cluster.bring_up()
@@ -257,7 +258,7 @@ def test_tune_layouts_go_through_the_planner(healthy: None) -> None:
     """kit tune's layouts are overrides planned again (with the model's facts already read), not
     a KitConfig.model rewritten: the nodes of each layout carry its layout and its source."""
     from kit.bench.trials import layout_cluster, serve_layout
-    from kit.bench.tune import Layout
+    from kit.layout import Layout
 
     rt = FakeRuntime()
     base = Cluster.from_config(cpu_config(**{"model.tp": "auto", "model.pp": "auto"}), runtime=rt, image=IMAGE)
@@ -268,7 +269,7 @@ def test_tune_layouts_go_through_the_planner(healthy: None) -> None:
     served = serve_layout(planned, lambda line: None, deadline=float("inf"))
     assert served.url == "http://10.9.8.10:8000"
     recorded = planned.served_layout()
-    assert recorded is not None and (recorded.tp, recorded.dp) == (1, 2)
+    assert recorded is not None and (recorded.layout.tp, recorded.layout.dp) == (1, 2)
     one_node = layout_cluster(base, Layout(1))
     assert (one_node.config.nodes, one_node.config.gpus_per_node, one_node.layout.dp) == (1, 1, 1)
 

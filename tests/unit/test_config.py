@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from kit.config import load_config
-from kit.config_schema import SCHEMA
+from kit.config.schema import SCHEMA
 from kit.errors import ConfigError
+from kit.plan.layout import plan_layout
 
 
 def write(tmp_path: Path, text: str) -> str:
@@ -33,7 +34,9 @@ def test_layers_in_order_with_sources(tmp_path: Path) -> None:
         overrides={"model.id": ("org/flag", "flag --model")},
     )
     cfg = resolved.config
-    assert (cfg.nodes, cfg.gpus_per_node, cfg.tp, cfg.pp) == (2, 4, 4, 2)
+    assert (cfg.nodes, cfg.gpus_per_node, cfg.model.tp, cfg.model.pp) == (2, 4, 4, "auto")  # loading plans nothing
+    lay = plan_layout(cfg, None)
+    assert (lay.tp, lay.pp) == (4, 2)
     assert cfg.ports.api == 9100 and resolved.sources["ports.api"] == "env KIT_PORTS_API"
     assert cfg.model.id == "org/flag" and resolved.sources["model.id"] == "flag --model"
     assert resolved.sources["nodes"] == f"{path}:1"

@@ -21,7 +21,8 @@ import pytest
 
 from kit.cli import main
 from kit.verify import probe
-from kit.verify.container_checks import check_container, probe_lines, verify_job_output
+from kit.verify.container_checks import check_container
+from kit.verify.job_output import probe_lines, verify_job_output
 from kit.verify.policy import FAIL, PASS, WARN, check_node
 
 PROBE = Path(probe.__file__)

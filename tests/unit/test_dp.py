@@ -19,6 +19,7 @@ from kit.cluster.resolve import resolve
 from kit.cluster.status import ENGINE_SCAN, collect, render
 from kit.config import load_config
 from kit.errors import ExitCode
+from kit.plan.layout import plan_layout
 from kit.plan.roles import HEAD, Role
 from kit.plan.scripts import serve_script
 from kit.plan.slurm import container_scripts, plan_launcher
@@ -70,14 +71,15 @@ def shellcheck(tmp_path: Path, text: str) -> None:
 
 def test_defaults_and_layering(tmp_path: Path) -> None:
     cfg = load_config(environ={}, cwd=Path("/nonexistent")).config
-    assert (cfg.model.dp, cfg.model.ep, cfg.dp, cfg.ports.dp_rpc) == (1, False, 1, 29550)
+    assert (cfg.model.dp, cfg.model.ep, plan_layout(cfg, None).dp, cfg.ports.dp_rpc) == (1, False, 1, 29550)
     path = tmp_path / "kit.yaml"
     path.write_text("nodes: 2\ngpus_per_node: 8\nmodel:\n  dp: 4\n  ep: true\n")
     r = load_config(str(path), environ={"KIT_MODEL_DP": "16", "KIT_PORTS_DP_RPC": "13345"})
     assert (r.config.model.dp, r.config.model.ep, r.config.ports.dp_rpc) == (16, True, 13345)
     assert r.sources["model.dp"] == "env KIT_MODEL_DP" and r.sources["model.ep"].endswith("kit.yaml:5")
     # A fixed DP fills the cluster with replicas: tp/pp auto become one replica's GPUs.
-    assert (r.config.tp, r.config.pp, r.config.dp, r.config.dp_local) == (1, 1, 16, 8)
+    planned = r.config.replace(planned=plan_layout(r.config, None))
+    assert (planned.tp, planned.pp, planned.dp, planned.dp_local) == (1, 1, 16, 8)
 
 
 def test_dp_auto_is_gpus_over_tp_times_pp() -> None:
@@ -92,7 +94,8 @@ def test_dp_auto_with_tp_fixed_and_pp_left_auto_fills_the_cluster() -> None:
     # is resolved, else DP = 16 / (1 × nodes) = 8 and the resolved layout covers half the GPUs.
     r = resolve(None, {"nodes": (2, "t"), "gpus_per_node": (8, "t"), "model.tp": (1, "t"),
                        "model.dp": ("auto", "t"), "hf_cache": ("/nonexistent", "t")})  # fmt: skip
-    assert (r.config.tp, r.config.pp, r.config.dp, r.config.dp_local) == (1, 1, 16, 8)
+    planned = r.config.replace(planned=plan_layout(r.config, None))
+    assert (planned.tp, planned.pp, planned.dp, planned.dp_local) == (1, 1, 16, 8)
 
 
 def parallel_line(out: str) -> str:

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from kit import hub as kit_hub
 from kit.errors import ExitCode
-from kit.fetch import check_snapshot
+from kit.models import hub as kit_hub
+from kit.models.fetch import check_snapshot
 from tests.conftest import run_kit
 from tests.infra.hub_server import HubRepo, HubServer, make_repo, write_model
 
@@ -58,7 +58,7 @@ def hub(server: HubServer, monkeypatch: pytest.MonkeyPatch, kit_env: Path) -> Hu
             monkeypatch.delenv(name)
     monkeypatch.setenv("HF_ENDPOINT", server.url)
     monkeypatch.setenv("HF_HOME", str(kit_env / "hf-home"))
-    # huggingface_hub reads its telemetry switch at import; kit.hub sets it before importing, but
+    # huggingface_hub reads its telemetry switch at import; kit.models.hub sets it before importing, but
     # another test may have imported huggingface_hub first: never let a test call huggingface.co.
     import huggingface_hub.constants
 
@@ -166,8 +166,9 @@ def test_progress_is_an_updating_line_on_a_terminal_and_plain_lines_otherwise(
     assert rc == 0 and "\r" not in ours and ours.endswith("files\n")
     monkeypatch.setattr("kit.output.is_tty", lambda: True)
     rc, _, err = run_kit(fetch_args(tmp_path, "kit/tiny", "--local-dir", str(tmp_path / "d")))
-    ours = err[err.index("\rkit/tiny [") :]
-    assert rc == 0 and "\n" not in ours and ours.endswith("\r")  # one line, rewritten, then cleared
+    ours = err[err.index("\r\x1b[2Kkit/tiny [") :]
+    # one line, rewritten, then cleared (the erase sequence reaches the stream: click stripped it)
+    assert rc == 0 and "\n" not in ours and ours.endswith("\r\x1b[2K")
 
 
 def test_local_dir_gets_plain_files_and_a_manifest_the_check_reads(

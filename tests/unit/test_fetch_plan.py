@@ -1,4 +1,4 @@
-"""kit/fetch.py without a network: which repo files a fetch takes, the input checks, the layout,
+"""kit/models/fetch.py without a network: which repo files a fetch takes, the input checks, the layout,
 the manifest, and the offline completeness check on snapshots made by hand."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from kit.errors import ConfigError, VerifyFailed
-from kit.fetch import (
-    Layout,
+from kit.models.fetch import (
+    DiskLayout,
     Manifest,
     RemoteFile,
     RepoListing,
@@ -139,14 +139,14 @@ def test_good_ids_and_revisions() -> None:
 
 def test_cache_layout_is_huggingface_hubs(tmp_path: Path) -> None:
     f = RemoteFile("sub/model.safetensors", 5, "b" * 64)
-    layout = Layout.cache(tmp_path, "org/m", SHA)
+    layout = DiskLayout.cache(tmp_path, "org/m", SHA)
     assert layout.final(f) == tmp_path / "models--org--m" / "snapshots" / SHA / "sub" / "model.safetensors"
     assert layout.store(f) == tmp_path / "models--org--m" / "blobs" / ("b" * 64)
     assert layout.partial(f).name == "b" * 64 + ".incomplete"
     assert layout.lock(f) == tmp_path / ".locks" / "models--org--m" / ("b" * 64 + ".lock")
     assert layout.link_target(f) == "../../../blobs/" + "b" * 64
     assert layout.manifest == tmp_path / "models--org--m" / "kit" / f"{SHA}.json"
-    local = Layout.folder(tmp_path / "d", "org/m", SHA)
+    local = DiskLayout.folder(tmp_path / "d", "org/m", SHA)
     assert local.final(f) == local.store(f) == tmp_path / "d" / "sub" / "model.safetensors"
     assert local.manifest == tmp_path / "d" / ".cache" / "kit" / "manifest.json"
     assert local.ref("main") is None
@@ -162,7 +162,7 @@ def fake_snapshot(tmp_path: Path, *, shard_sizes: tuple[int, ...] = (100, 50)) -
     contents = {"config.json": b"{}", "model.safetensors.index.json": index}
     contents.update({n: b"x" * s for n, s in zip(names, shard_sizes, strict=True)})
     files = tuple(RemoteFile(p, len(c), f"blob-{p}") for p, c in contents.items())
-    layout = Layout.cache(tmp_path / "hub", "org/m", SHA)
+    layout = DiskLayout.cache(tmp_path / "hub", "org/m", SHA)
     for f in files:
         layout.store(f).parent.mkdir(parents=True, exist_ok=True)
         layout.store(f).write_bytes(contents[f.path])
@@ -230,7 +230,7 @@ def test_find_snapshot_follows_refs_then_kits_manifest(tmp_path: Path) -> None:
 def test_survey_counts_done_blobs_and_partials(tmp_path: Path) -> None:
     files = (RemoteFile("config.json", 2, "c1"), RemoteFile("model.safetensors", 100, "s1"))
     plan = plan_fetch(RepoListing("org/m", "main", SHA, files), None)
-    layout = Layout.cache(tmp_path, "org/m", SHA)
+    layout = DiskLayout.cache(tmp_path, "org/m", SHA)
     layout.store(files[0]).parent.mkdir(parents=True)
     layout.store(files[0]).write_bytes(b"{}")
     layout.partial(files[1]).write_bytes(b"x" * 30)
@@ -238,7 +238,7 @@ def test_survey_counts_done_blobs_and_partials(tmp_path: Path) -> None:
     assert on_disk.done == {"config.json"} and on_disk.partial == {"model.safetensors": 30}
     assert on_disk.to_fetch(plan) == 70
     # a local folder trusts a file only when the previous manifest recorded the same blob
-    local = Layout.folder(tmp_path / "d", "org/m", SHA)
+    local = DiskLayout.folder(tmp_path / "d", "org/m", SHA)
     local.final(files[0]).parent.mkdir(parents=True)
     local.final(files[0]).write_bytes(b"{}")
     assert survey(plan, local).done == frozenset()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kit import metrics
+from kit.health import prometheus as metrics
 from tests import promql
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"

@@ -11,8 +11,9 @@ import pytest
 
 from kit.config import KitConfig
 from kit.errors import ConfigError, ImageError
-from kit.images import layer_tag, plan_build_context, records, vllm_probe
+from kit.images import records, vllm_probe
 from kit.images import vllm_releases as versions
+from kit.images.build import layer_tag, plan_build_context
 from kit.images.facts import clean_facts, packed_probe, parse_output, probe_source
 from kit.plan import image_check
 from kit.plan.checks import check_config
@@ -372,7 +373,7 @@ def test_kit_build_ray_dry_run_defaults_to_the_configs_image() -> None:
 
 
 def test_a_quiet_build_step_says_it_is_still_running() -> None:
-    from kit.images import BuildProgress
+    from kit.images.progress import BuildProgress
 
     progress = BuildProgress(interval=10, quiet_after=30)
     progress.on_step("Step 5/9 : RUN pip install ...", now=0)

@@ -17,8 +17,9 @@ from kit.cli import main
 from kit.cluster.resolve import read_model_facts, resolve
 from kit.config import KitConfig, load_config
 from kit.errors import ConfigError
+from kit.layout import Layout
 from kit.plan import layout as lay
-from kit.plan.layout import Layout, ModelFacts, plan_layout
+from kit.plan.layout import ModelFacts, plan_layout
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "models"
 QWEN = "Qwen/Qwen2.5-7B-Instruct"  # 28 attention heads, 4 KV heads
@@ -157,7 +158,7 @@ def test_the_resolved_config_carries_the_planned_layout(tmp_path: Path) -> None:
         assert (r.config.model.tp, r.config.model.pp, r.config.model.dp) == (r.layout.tp, r.layout.pp, r.layout.dp)
         carried = r.config.layout
         assert (carried.tp, carried.pp, carried.dp, carried.ep) == (r.layout.tp, r.layout.pp, r.layout.dp, r.layout.ep)
-        assert carried.decided_by == r.config.layout_from == r.layout.decided_by
+        assert r.config.planned is not None and carried.decided_by == r.config.planned.decided_by == r.layout.decided_by
         assert (r.model is not None) == (model == QWEN)
 
 

@@ -32,7 +32,7 @@ def arch(name: str) -> sizing.Architecture:
 
 def candidates(
     name: str, gpu: str, gpus_per_node: int, nodes: int, length: int, **kw: Any
-) -> tuple[sizing.Layout, ...]:
+) -> tuple[sizing.LayoutFit, ...]:
     return sizing.layout_candidates(
         arch(name),
         nodes=nodes,
@@ -43,7 +43,7 @@ def candidates(
     )
 
 
-def by_name(layouts: tuple[sizing.Layout, ...]) -> dict[str, sizing.Layout]:
+def by_name(layouts: tuple[sizing.LayoutFit, ...]) -> dict[str, sizing.LayoutFit]:
     return {c.name: c for c in layouts}
 
 
@@ -55,21 +55,21 @@ def test_every_layout_follows_vllms_rules(name: str) -> None:
     kinds = {c.kind for c in layouts}
     assert kinds == {"tp×pp", "dp+ep"}
     for c in layouts:
-        assert c.tp * c.pp * c.dp == c.gpus == 16
-        assert 8 % c.tp == 0 and a.num_attention_heads % c.tp == 0
-        if c.dp > 1:
-            assert c.pp == 1 and c.ep == c.tp * c.dp  # EP spans TP × DP; no DP × PP
-            assert c.dp % c.nodes == 0  # DP ranks spread evenly over the nodes
+        assert c.layout.tp * c.layout.pp * c.layout.dp == c.layout.gpus == 16
+        assert 8 % c.layout.tp == 0 and a.num_attention_heads % c.layout.tp == 0
+        if c.layout.dp > 1:
+            assert c.layout.pp == 1 and c.layout.ep_size == c.layout.tp * c.layout.dp  # EP spans TP × DP; no DP × PP
+            assert c.layout.dp % c.nodes == 0  # DP ranks spread evenly over the nodes
             assert "--enable-expert-parallel" in c.vllm_args()
-            if a.moe.num_experts % c.ep:
+            if a.moe.num_experts % c.layout.ep_size:
                 assert not c.fits and "do not divide" in c.why_not
         else:
-            assert c.ep == 1 and "--data-parallel-size" not in c.vllm_args()
+            assert c.layout.ep_size == 1 and "--data-parallel-size" not in c.vllm_args()
         assert c.weights_per_gpu == c.dense_weights_per_gpu + c.expert_weights_per_gpu
         assert c.kv_room_per_gpu == c.budget_per_gpu - c.weights_per_gpu - c.overhead_per_gpu
         if c.fits:
-            assert c.max_concurrent_seqs == c.seqs_per_replica * c.dp >= 1
-            assert c.scheduled_seqs == min(c.seqs_per_replica, c.max_num_seqs) * c.dp
+            assert c.max_concurrent_seqs == c.seqs_per_replica * c.layout.dp >= 1
+            assert c.scheduled_seqs == min(c.seqs_per_replica, c.max_num_seqs) * c.layout.dp
 
 
 def test_ep_splits_experts_over_all_gpus_and_copies_the_rest_per_dp_rank() -> None:
@@ -91,7 +91,7 @@ def test_ep_splits_experts_over_all_gpus_and_copies_the_rest_per_dp_rank() -> No
 def test_deepseek_on_two_h200_nodes_recommends_dp_ep() -> None:
     layouts = candidates("deepseek-v3", "H200", 8, 2, 32768)
     best, why = sizing.pick_layout(layouts)
-    assert best is not None and (best.tp, best.pp, best.dp, best.ep) == (1, 1, 16, 16)
+    assert best is not None and (best.layout.tp, best.layout.pp, best.layout.dp, best.layout.ep_size) == (1, 1, 16, 16)
     assert "max-num-seqs 256" in why and "\n" not in why
     pp16 = by_name(layouts)["TP1×PP16"]
     assert pp16.max_concurrent_seqs > best.max_concurrent_seqs  # more KV, but one engine
@@ -109,7 +109,7 @@ def test_deepseek_on_two_h200_nodes_recommends_dp_ep() -> None:
 
 def test_meluxina_guide_keeps_tp_pp_because_dp_copies_weights() -> None:
     best, why = sizing.pick_layout(candidates("qwen3.5-397b-a17b-gptq-int4", "A100-40GB", 4, 2, 262144))
-    assert best is not None and best.dp == 1
+    assert best is not None and best.layout.dp == 1
     assert "copies attention and dense weights" in why
 
 
@@ -123,11 +123,11 @@ def test_gpt_oss_short_context_prefers_dp_ep_engines() -> None:
 
 def test_experts_that_do_not_divide_by_ep_are_refused() -> None:
     layouts = candidates("wizardlm-2-8x22b", "H100-80GB", 8, 2, 4096)  # 8 experts, EP 16
-    dp = [c for c in layouts if c.dp > 1]
+    dp = [c for c in layouts if c.layout.dp > 1]
     assert dp and not any(c.fits for c in dp)
     assert all("8 experts do not divide by EP 16" in c.why_not for c in dp)
     best, why = sizing.pick_layout(layouts)
-    assert best is not None and best.dp == 1 and "no DP+EP layout fits" in why
+    assert best is not None and best.layout.dp == 1 and "no DP+EP layout fits" in why
 
 
 def test_too_small_gpus_fit_nothing() -> None:
@@ -141,7 +141,7 @@ def test_too_small_gpus_fit_nothing() -> None:
 
 def test_dense_models_get_tp_pp_only() -> None:
     layouts = candidates("qwen2.5-7b", "A100-80GB", 8, 1, 4096)
-    assert layouts and all(c.dp == 1 and c.ep == 1 for c in layouts)
+    assert layouts and all(c.layout.dp == 1 and c.layout.ep_size == 1 for c in layouts)
 
 
 def test_layout_refusals() -> None:

@@ -1,4 +1,4 @@
-"""kit/liveness.py: every state and edge of the per-engine judgement, on synthetic series and on
+"""kit/health/liveness.py: every state and edge of the per-engine judgement, on synthetic series and on
 the real scrapes of a DP=2 cluster whose engine 1 was SIGSTOPped (tests/fixtures/metrics/)."""
 
 from __future__ import annotations
@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kit import liveness, metrics
-from kit.liveness import EngineSample, Observation, Probe, Verdict, judge
+from kit.health import liveness
+from kit.health import prometheus as metrics
+from kit.health.liveness import EngineSample, Observation, Probe, Verdict, judge
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
 LIVENESS = 30.0

@@ -1,4 +1,4 @@
-"""kit/metrics.py: the Prometheus text parser (real vLLM 0.32 scrapes from tests/fixtures/metrics/
+"""kit/health/prometheus.py: the Prometheus text parser (real vLLM 0.32 scrapes from tests/fixtures/metrics/
 and hand-written edge cases), per-engine summaries, rates from two scrapes, file_sd targets."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from kit import metrics
 from kit.errors import ExitCode
+from kit.health import prometheus as metrics
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
 
@@ -119,7 +119,7 @@ def test_rates_between_the_real_idle_and_busy_scrapes() -> None:
 
 
 def test_a_stopped_engine_shows_frozen_gauges_in_the_real_scrape() -> None:
-    """The fixture behind kit/liveness.py's pinned probe: engine 1 holds 5 queued requests but
+    """The fixture behind kit/health/liveness.py's pinned probe: engine 1 holds 5 queued requests but
     reports 0 running, 0 waiting (its process was SIGSTOPped while idle)."""
     stopped = metrics.engines(fixture("engine1-stopped"))["1"]
     after = metrics.engines(fixture("after-cont"))["1"]

@@ -1,4 +1,4 @@
-"""kit/observe.py against a real local HTTP server (stdlib http.server in a thread) that plays a
+"""kit/health/observe.py against a real local HTTP server (stdlib http.server in a thread) that plays a
 vLLM API server: /metrics (a real recorded scrape), /health and /v1/completions, and misbehaves on
 demand (too big, trickling, hanging, erroring)."""
 
@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from kit import metrics, observe
 from kit.errors import ConfigError, ServerError
+from kit.health import observe
+from kit.health import prometheus as metrics
 from tests.unit import fake_vllm
 from tests.unit.fake_vllm import FakeServer
 

@@ -25,7 +25,7 @@ from kit.cluster.model import (
     with_offline,
 )
 from kit.config import KitConfig, defaults
-from kit.fetch import check_snapshot
+from kit.models.fetch import check_snapshot
 from kit.verify import probe
 from kit.verify.checks import FAIL, PASS, WARN
 from kit.verify.checks.cluster import check_hf_snapshots, model_files
@@ -201,7 +201,7 @@ def test_probe_reports_revision_sizes_and_completeness(tmp_path: Path, monkeypat
     (snap / "model-00002-of-00002.safetensors").resolve().unlink()  # a dangling link: missing
     info = probe.hf_cache("org/m")
     assert info["missing"] == ["model-00002-of-00002.safetensors"]
-    # The same verdict as kit.fetch's check, which the probe cannot import.
+    # The same verdict as kit.models.fetch's check, which the probe cannot import.
     report = check_snapshot(snap)
     assert list(report.missing) == info["missing"] and [m.path for m in report.mismatched] == [SHARD1]
 

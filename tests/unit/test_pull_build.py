@@ -16,19 +16,12 @@ import docker
 import pytest
 
 import kit.runtime
-from kit import resources, state
+from kit import resources
 from kit.errors import ExitCode, ImageError, ImageRefError, UsageError
-from kit.images import (
-    PullProgress,
-    build_image_id,
-    build_step_line,
-    format_layer_line,
-    parse_ref,
-    pick_digest,
-    plan_build_context,
-    shorten_build_error,
-    write_build_context,
-)
+from kit.images import records as state
+from kit.images.build import plan_build_context, write_build_context
+from kit.images.progress import PullProgress, build_image_id, build_step_line, format_layer_line, shorten_build_error
+from kit.images.reference import parse_ref, pick_digest
 from kit.runtime import apptainer_settings
 from kit.runtime.apptainer import ApptainerRuntime
 from kit.runtime.base import BuildPlan, BuildResult, ImageFile, Progress, PullPlan, PullResult

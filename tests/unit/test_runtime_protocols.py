@@ -89,7 +89,7 @@ def test_interfaces_are_the_ones_the_brief_names() -> None:
 
 def test_a_store_that_cannot_build_refuses_with_a_usage_error() -> None:
     from kit.errors import UsageError
-    from kit.images import plan_build_context
+    from kit.images.build import plan_build_context
     from kit.resources import container_dir
 
     class PullOnly(ImageStore):
@@ -183,8 +183,13 @@ def test_default_follow_logs_polls_until_the_container_is_gone() -> None:
 PROBES = {"kit/verify/probe.py", "kit/verify/collective.py"}  # stdlib-only, run inside containers
 # The supervisor runs inside the node containers too (kit/supervise/bundle.py packs it, stdlib
 # only, no kit there): it starts and signals the serve group itself.
-SUPERVISOR = {"kit/supervise/coordinator.py", "kit/supervise/main.py", "kit/supervise/procs.py"}
-PROBES |= SUPERVISOR
+SUPERVISOR = {
+    "kit/supervise/coordinator.py",
+    "kit/supervise/main.py",
+    "kit/supervise/procs.py",
+}
+# Writes the bundle inside a SLURM job's container and becomes it (os.execv): not in the bundle.
+PROBES |= SUPERVISOR | {"kit/supervise/boot.py"}
 _PROCESS_CALLS = re.compile(r"^os\.(system|popen|spawn\w*|exec\w*|posix_spawn\w*)$|^pty\.spawn$|create_subprocess")
 
 

@@ -24,7 +24,7 @@ from kit.plan.node import plan_node
 from kit.plan.roles import HEAD
 from kit.plan.slurm import SLURM_NET, enroot_specs, plan_launcher, plan_slurm_files
 from kit.plan.slurm_enroot import node_entry, split_env
-from kit.toml_text import to_toml
+from kit.render.toml import to_toml
 from tests import pyxis_fake
 from tests.conftest import ROOT, make_config, shellcheck_bin
 

@@ -1,7 +1,7 @@
 """The supervise bundle (kit/supervise/bundle.py): the same bytes from the same sources, closed
 over the standard library (it runs with `python3 -I -S`: no site-packages, no kit install), and
 its launch / stop cycle with real processes: `launch` starts an agent in the background (as
-`kit serve --supervise` does through the runtime's exec), host.STOP_PY ends it and its resume
+`kit serve --supervise` does through the runtime's exec), kit/supervise/stop.py ends it and its resume
 marker."""
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from kit.supervise import bundle, host, main
-from kit.supervise.plan import RUN_DIR
+from kit.plan.supervise import RUN_DIR
+from kit.resources import program_source
+from kit.supervise import bundle, main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,7 +56,7 @@ def test_every_kit_import_of_the_bundle_is_in_the_bundle() -> None:
 def test_the_bundle_runs_without_site_packages(pyz: Path) -> None:
     code = (
         "import sys; sys.path.insert(0, sys.argv[1])\n"
-        "import kit.supervise.agent, kit.supervise.coordinator, kit.supervise.main, kit.liveness\n"
+        "import kit.supervise.agent, kit.supervise.coordinator, kit.supervise.main, kit.health.liveness\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('requests', 'yaml', 'click', 'jinja2', 'docker'))\n"
         "print(kit.__file__, bad)\n"
     )
@@ -101,7 +102,7 @@ def test_launch_starts_an_agent_once_and_stop_py_ends_it(pyz: Path, tmp_path: Pa
             time.sleep(0.1)
         assert "cannot reach the coordinator at http://127.0.0.1:9" in (run_dir / "agent.log").read_text()
         stopped = subprocess.run(
-            [sys.executable, "-c", host.STOP_PY, str(run_dir), str(tmp_path / "serve.pid")],
+            [sys.executable, "-c", program_source("supervise/stop.py"), str(run_dir), str(tmp_path / "serve.pid")],
             capture_output=True,
             text=True,
         )

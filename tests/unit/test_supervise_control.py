@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from kit.liveness import EngineSample, Observation, Probe
+from kit.health.liveness import EngineSample, Observation, Probe
 from kit.supervise import events, procs, protocol
 from kit.supervise.agent import Agent, AgentConfig, http_post
 from kit.supervise.coordinator import Coordinator, CoordinatorConfig

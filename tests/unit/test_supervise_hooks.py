@@ -1,4 +1,4 @@
-"""The small pieces the verbs call (kit/supervise/hooks.py) and the event record
+"""The small pieces the verbs call (kit/cluster/serving_status.py) and the event record
 (kit/supervise/events.py): what `kit status`, `kit logs --events` and `kit status --slurm` show,
 SIGTERM unwinding like Ctrl-C, an interrupted `kit up` leaving nothing, stale ranks. The runtime
 is a fake here (a list of containers); the real paths are in tests/integration."""
@@ -13,9 +13,13 @@ from typing import Any
 
 import pytest
 
+from kit.cluster import serving_status
 from kit.cluster.nodes import remove_after_interrupt
+from kit.cluster.serving import stale_ranks
+from kit.commands._signals import sigterm_as_interrupt
+from kit.commands.status import render_slurm, render_status
 from kit.runtime.base import NodeHandle
-from kit.supervise import events, hooks
+from kit.supervise import events
 from kit.supervise.events import Event
 from tests.conftest import make_config
 
@@ -44,12 +48,10 @@ def test_slurm_summary_reads_the_job_output(tmp_path: Path) -> None:
     out = tmp_path / "kit-1.out"
     lines = [Event(1.0, "detected", "engine 0 hung: ...", 1, 0), Event(2.0, "given-up", "gave up", 3, 2)]
     out.write_text("kit: job 1\n" + "".join(f"0: {events.EVENT_MARK} {e.line()}\n" for e in lines))
-    summary = hooks.slurm_summary(str(out))
+    summary = serving_status.slurm_summary(str(out))
     assert summary is not None and summary["restarts"] == 2 and summary["given_up"] and summary["events"] == 2
-    assert "2 restart(s)" in hooks.render_slurm({"supervise": summary}) and "GAVE UP" in hooks.render_slurm(
-        {"supervise": summary}
-    )
-    assert hooks.slurm_summary(str(tmp_path / "missing")) is None and hooks.render_slurm({"supervise": None}) == ""
+    assert "2 restart(s)" in render_slurm({"supervise": summary}) and "GAVE UP" in render_slurm({"supervise": summary})
+    assert serving_status.slurm_summary(str(tmp_path / "missing")) is None and render_slurm({"supervise": None}) == ""
 
 
 def test_missing_ray_nodes_are_named_when_local_and_counted_when_not() -> None:
@@ -57,9 +59,12 @@ def test_missing_ray_nodes_are_named_when_local_and_counted_when_not() -> None:
     local = [node("kit-c-head", "head", 0, "10.0.0.10"), node("kit-c-worker-1", ip="10.0.0.11")]
     # A restarted head's Ray cluster: only the head is alive, nobody is "lost".
     ray = [{"ip": "10.0.0.10", "lost": False}]
-    assert hooks.missing_ray_nodes(config, ray, local) == ["kit-c-worker-1 (10.0.0.11)", "1 node(s) on other hosts"]
+    assert serving_status.missing_ray_nodes(config, ray, local) == [
+        "kit-c-worker-1 (10.0.0.11)",
+        "1 node(s) on other hosts",
+    ]
     ray += [{"ip": "10.0.0.11", "lost": False}, {"ip": "10.0.0.12", "lost": False}]
-    assert hooks.missing_ray_nodes(config, ray, local) == []
+    assert serving_status.missing_ray_nodes(config, ray, local) == []
 
 
 def test_render_status_says_whether_the_model_is_served() -> None:
@@ -81,19 +86,19 @@ def test_render_status_says_whether_the_model_is_served() -> None:
         },
         "ray_missing": ["kit-c-worker-1 (10.0.0.11)"],
     }
-    assert hooks.render_status(result) == [
+    assert render_status(result) == [
         "server: NOT SERVING at http://h:8000: /health: refused",
         "supervisor: active, waiting, generation 2, 1 restart(s); last failure T: node worker-1 stopped reporting 6 s"
         " ago",
         "Ray: missing kit-c-worker-1 (10.0.0.11)",
     ]
     result["server"] = {"url": "u", "serving": True, "state": "idle-ok", "reason": None, "engines": [{}, {}]}
-    assert hooks.render_status({"server": result["server"]}) == ["server: idle, answering at u (2 engine(s))"]
+    assert render_status({"server": result["server"]}) == ["server: idle, answering at u (2 engine(s))"]
 
 
 def test_sigterm_inside_the_block_is_an_interrupt_and_the_old_handler_comes_back() -> None:
     before = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(KeyboardInterrupt), hooks.sigterm_as_interrupt():
+    with pytest.raises(KeyboardInterrupt), sigterm_as_interrupt():
         os.kill(os.getpid(), signal.SIGTERM)
         signal.sigtimedwait([], 1)  # let the handler run
     assert signal.getsignal(signal.SIGTERM) == before
@@ -131,15 +136,15 @@ def test_an_interrupted_up_removes_its_container_and_the_network_only_when_alone
 
 
 def test_stale_ranks_are_ranks_whose_head_is_gone_and_nothing_answers(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kit import client
+    from kit.net import openai as client
 
     head, worker = node("h", "head", 0), node("w")
     monkeypatch.setattr(client, "health", lambda url, timeout=3: False)
-    assert hooks.stale_ranks(None, [head, worker], "u", lambda n: n is worker)  # type: ignore[arg-type]
-    assert not hooks.stale_ranks(None, [head, worker], "u", lambda n: True)  # type: ignore[arg-type]  # head alive
-    assert not hooks.stale_ranks(None, [head, worker], "u", lambda n: False)  # type: ignore[arg-type]  # nothing runs
+    assert stale_ranks(None, [head, worker], "u", lambda n: n is worker)  # type: ignore[arg-type]
+    assert not stale_ranks(None, [head, worker], "u", lambda n: True)  # type: ignore[arg-type]  # head alive
+    assert not stale_ranks(None, [head, worker], "u", lambda n: False)  # type: ignore[arg-type]  # nothing runs
     monkeypatch.setattr(client, "health", lambda url, timeout=3: True)
-    assert not hooks.stale_ranks(None, [head, worker], "u", lambda n: n is worker)  # type: ignore[arg-type]
+    assert not stale_ranks(None, [head, worker], "u", lambda n: n is worker)  # type: ignore[arg-type]
 
 
 def test_the_dry_run_says_it_is_supervised_and_shows_the_settings() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from kit.liveness import Verdict
+from kit.health.liveness import Verdict
 from kit.supervise import policy
 from kit.supervise.policy import Seen, Settings, State, Tick
 from kit.supervise.protocol import EngineProc, Report

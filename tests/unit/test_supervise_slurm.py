@@ -1,4 +1,4 @@
-"""The SLURM launcher with supervise.enabled (kit/supervise/slurm.py, sbatch.sh.j2): goldens and
+"""The SLURM launcher with supervise.enabled (kit/plan/slurm_supervise.py, sbatch.sh.j2): goldens and
 shellcheck for every runtime and backend, then the launcher run under bash with the stub binaries
 of tests/unit/shellstubs.py (fakes: srun, docker/apptainer, python3) and hostile values: each
 node's container hands its serve script, the bundle and the settings to kit's supervisor as one
@@ -23,9 +23,10 @@ from kit.config import KitConfig
 from kit.plan.roles import HEAD, Role
 from kit.plan.scripts import serve_script
 from kit.plan.slurm import plan_launcher
+from kit.plan.slurm_supervise import entry_script
+from kit.plan.supervise import RUN_DIR, plan_supervise
+from kit.resources import program_source
 from kit.supervise import bundle
-from kit.supervise.plan import RUN_DIR, plan_supervise
-from kit.supervise.slurm import BOOT_PY, entry_script
 from tests.conftest import make_config, shellcheck_bin
 from tests.unit.shellstubs import calls, make_stubs
 
@@ -120,7 +121,7 @@ def test_every_node_hands_its_serve_script_bundle_and_settings_to_the_supervisor
     assert not (tmp_path / "canary").exists(), "a value was executed"
     assert "KIT_SERVER_READY url=http://10.9.0.1:8000" in result.stdout, result.stdout + result.stderr
     record = calls(tmp_path / "record")
-    boots = [c[1:] for c in record if c[0] == "python3" and c[1:3] == ["-c", BOOT_PY]]
+    boots = [c[1:] for c in record if c[0] == "python3" and c[1:3] == ["-c", program_source("supervise/boot.py")]]
     roles = [HEAD, Role("worker", 1)] if backend == "mp" else [HEAD]
     assert len(boots) == len(roles), record
     for argv, role in zip(boots, roles, strict=True):
@@ -171,7 +172,7 @@ def test_requeue_after_the_nodes_fail(rc: int, requeued: bool, tmp_path: Path) -
 
 
 def test_boot_py_writes_the_run_and_becomes_the_bundles_entry(tmp_path: Path) -> None:
-    """BOOT_PY for real, with a bundle whose entry only reports how it was called."""
+    """kit/supervise/boot.py for real, with a bundle whose entry only reports how it was called."""
     import io
     import zipfile
 
@@ -182,7 +183,15 @@ def test_boot_py_writes_the_run_and_becomes_the_bundles_entry(tmp_path: Path) ->
     run_dir = tmp_path / "kit" / "supervise"
     serve = "#!/bin/bash\nexec vllm serve 'a b'\n"
     done = subprocess.run(
-        ["python3", "-c", BOOT_PY, str(run_dir), serve, base64.b64encode(fake.getvalue()).decode(), settings],
+        [
+            "python3",
+            "-c",
+            program_source("supervise/boot.py"),
+            str(run_dir),
+            serve,
+            base64.b64encode(fake.getvalue()).decode(),
+            settings,
+        ],
         capture_output=True,
         text=True,
     )

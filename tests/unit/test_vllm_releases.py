@@ -216,7 +216,7 @@ def test_the_goldens_differ_where_the_table_says() -> None:
 
 def test_pull_and_build_record_the_release(monkeypatch: pytest.MonkeyPatch, kit_state_dir: Path) -> None:
     """Through `kit pull`/`kit build` with the fake Docker engine of test_pull_build (no registry)."""
-    from kit import state
+    from kit.images import records as state
     from tests.unit.test_pull_build import LAYER_EVENTS, FakeEngine, use_engine
 
     use_engine(monkeypatch, FakeEngine(LAYER_EVENTS))

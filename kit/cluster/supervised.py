@@ -9,20 +9,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
 
+from kit.cluster import supervision as host
+from kit.cluster.serving import ServeResult, alive, head_url, serving_nodes
 from kit.config import KitConfig
 from kit.errors import KitError, StartError
 from kit.plan.roles import Role
 from kit.plan.scripts import serve_script
 from kit.runtime.base import NodeHandle, Runtime
-from kit.supervise import events, host
-
-
-def _alive(runtime: Runtime, node: NodeHandle) -> bool:
-    from kit.cluster.serving import alive
-
-    return alive(runtime, node)
+from kit.supervise import events
 
 
 def serve_supervised(
@@ -33,12 +28,10 @@ def serve_supervised(
     on_progress: Callable[[str], None] = lambda _: None,
     on_event: Callable[[events.Event], None] | None = None,
     serve_env: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
+) -> ServeResult:
     """Start supervised serving on this host's serving nodes and wait for the first `ready`.
     Without the head on this host only the agents start (the head's coordinator drives them).
     `serve_env`: what the serve scripts export (the offline decision, kit.cluster.model)."""
-    from kit.cluster.serving import head_url, serving_nodes
-
     nodes = runtime.find_nodes(config.cluster)
     targets = serving_nodes(config, nodes)
     url = head_url(config, nodes)
@@ -48,7 +41,7 @@ def serve_supervised(
             f"{head.name} is already supervised",
             hint="`kit status` shows it; `kit serve --supervise --replace` starts it afresh",
         )
-    busy = [n for n in targets if _alive(runtime, n)]
+    busy = [n for n in targets if alive(runtime, n)]
     if busy and not replace:
         raise StartError(
             f"a server is already running in {busy[0].name}",
@@ -62,14 +55,15 @@ def serve_supervised(
     started = time.monotonic()
     run = host.start(config, runtime, targets, scripts, url, on_progress=on_progress)
     if run.head is None:
-        return {
-            "url": url,
-            "model": config.served_name,
-            "nodes": [n.name for n in targets],
-            "supervised": True,
-            "coordinator": f"{config.head_address}:{config.ports.supervisor}",
-            "ready": False,
-        }
+        return ServeResult(
+            url,
+            config.served_name,
+            [n.name for n in targets],
+            None,
+            supervised=True,
+            ready=False,
+            coordinator=f"{config.head_address}:{config.ports.supervisor}",
+        )
     show = on_event or (lambda e: on_progress(f"supervisor: {e.kind}: {e.reason}"))
     try:
         event = host.follow(runtime, run.head, on_event=show, until=("ready",))
@@ -83,23 +77,21 @@ def serve_supervised(
             details=list(event.details),
             hint="see `kit logs --events` and `kit logs --serve`; fix, then `kit serve --supervise --replace`",
         )
-    return {
-        "url": url,
-        "model": config.served_name,
-        "nodes": [n.name for n in targets],
-        "supervised": True,
-        "head": run.head.name,
-        "generation": event.generation,
-        "seconds": round(time.monotonic() - started, 1),
-        "ready": True,
-    }
+    return ServeResult(
+        url,
+        config.served_name,
+        [n.name for n in targets],
+        round(time.monotonic() - started, 1),
+        supervised=True,
+        head=run.head.name,
+        generation=event.generation,
+    )
 
 
 def follow_supervised(config: KitConfig, runtime: Runtime, *, on_event: Callable[[events.Event], None]) -> events.Event:
     """Follow the events after ready; StartError (exit 6) with the last log lines when the
     coordinator gives up. A head container that restarts resumes its coordinator (the entrypoint's
     resume hook): the coordinator may be silent for up to timeouts.join before that is an error."""
-    from kit.cluster.serving import serving_nodes
 
     def head() -> NodeHandle | None:
         return next((n for n in runtime.find_nodes(config.cluster) if n.role == "head"), None)
@@ -139,56 +131,3 @@ def follow_supervised(config: KitConfig, runtime: Runtime, *, on_event: Callable
                     hint="was the head container removed? `kit status`, `kit logs --events`",
                 )
         time.sleep(1.0)
-
-
-def cli_serve(
-    config: KitConfig,
-    runtime: Runtime,
-    *,
-    replace: bool,
-    detach: bool,
-    as_json: bool,
-    warnings: list[str],
-    serve_env: Mapping[str, str] | None = None,
-) -> None:
-    """The body of `kit serve --supervise` (the verb parses and resolves, this prints)."""
-    from kit.output import emit, progress, warn
-
-    def show(event: events.Event) -> None:
-        progress(f"{event.time} supervisor: {event.kind}: {event.reason}", as_json=as_json)
-        for line in event.details[-10:]:
-            progress(f"  | {line}", as_json=as_json)
-
-    result = serve_supervised(
-        config,
-        runtime,
-        replace=replace,
-        on_progress=lambda line: progress(line, as_json=as_json),
-        on_event=show,
-        serve_env=serve_env,
-    )
-    warn(warnings, as_json=as_json)
-    if not result["ready"]:
-        nodes = ", ".join(result["nodes"])
-        text = f"agents started on {nodes}; the head's coordinator ({result['coordinator']}) drives them"
-    else:
-        text = (
-            f"serving {result['model']} at {result['url']} under supervision (ready after {result['seconds']} s); "
-            + (
-                "supervision goes on in the head container: `kit status`, `kit logs --events`"
-                if detach
-                else "following its events (Ctrl-C leaves it running)"
-            )
-        )
-    emit("serve", {**result, "warnings": warnings}, as_json=as_json, text=text)
-    if detach or not result["ready"]:
-        return
-    try:
-        follow_supervised(config, runtime, on_event=show)
-    except KeyboardInterrupt:
-        progress(
-            f"kit: stopped following; supervision goes on in {result['head']} "
-            "(`kit logs --events`, `kit down` ends it)",
-            as_json=as_json,
-        )
-        raise

@@ -9,15 +9,14 @@ import threading
 import time
 from collections.abc import Mapping
 
-import click
-
+from kit.cluster.image_facts import probe
 from kit.errors import KitError
-from kit.images import BuildProgress
 from kit.images.facts import ImageFacts
+from kit.images.progress import BuildProgress
+from kit.images.records import record_image
 from kit.images.vllm_releases import recorded_version
-from kit.output import is_tty, progress
+from kit.output import echo, is_tty, progress
 from kit.runtime.base import BuildPlan, BuildResult, ImageStore, Progress, PullPlan, PullResult
-from kit.state import record_image
 
 
 class _Printer:
@@ -60,7 +59,7 @@ class _Printer:
             self._summary = event.summary
             if now - self._last >= 0.2:
                 self._last = now
-                click.echo("\r\x1b[2K" + event.summary, nl=False, err=True)
+                echo("\r\x1b[2K" + event.summary, nl=False, err=True)
 
     def ticking(self) -> threading.Thread:
         """A thread that says a quiet build step is still running (issue 24), until finish()."""
@@ -80,7 +79,7 @@ class _Printer:
         """End the terminal's updating line with the last summary."""
         self._stop.set()
         if self.tty and self._last and self._summary and not self.as_json:
-            click.echo("\r\x1b[2K" + self._summary, err=True)
+            echo("\r\x1b[2K" + self._summary, err=True)
 
 
 def pull_image(store: ImageStore, plan: PullPlan, *, as_json: bool) -> PullResult:
@@ -100,8 +99,6 @@ def probe_facts(store: ImageStore, ref: str, *, as_json: bool) -> ImageFacts | N
     `vllm serve` parser, Ray, torch/CUDA/NCCL, user), so `kit up`/`serve`/`slurm` check their
     plans against it before anything starts. A store that runs no containers (enroot), or an
     image the probe cannot read, gets one warning: the image itself is still there."""
-    from kit.cluster.image_facts import probe
-
     try:
         return probe(store, ref, say=lambda line: progress(line, as_json=as_json))
     except KitError as err:

@@ -2,7 +2,7 @@
 containers; no Docker socket inside them, no SSH): install the bundle and the run's files, launch
 the coordinator and the agents, follow the events, read the state, stop it all.
 
-kit.cluster.serving decides which nodes serve and where the API is; kit.supervise.serve calls
+kit.cluster.serving decides which nodes serve and where the API is; kit.cluster.supervised calls
 both (the serve scripts come from kit.plan.scripts.serve_script).
 """
 
@@ -17,95 +17,14 @@ from typing import Any
 
 from kit.config import KitConfig
 from kit.errors import StartError
+from kit.plan.supervise import RUN_DIR, SERVE_SCRIPT, supervise_json
+from kit.resources import program_source
 from kit.runtime.base import NodeHandle, Runtime
 from kit.supervise import bundle, events
 from kit.supervise.main import BUNDLE_NAME
-from kit.supervise.plan import RUN_DIR, SERVE_SCRIPT, supervise_json
 
 BUNDLE_PATH = f"{RUN_DIR}/{BUNDLE_NAME}"
 ALIVE_AFTER_S = 15  # a coordinator rewrites state.json every second: older than this, it is gone
-
-# Writes the run's files (argv[2]: {path: {"text"|"b64", "mode"}}) and the token (from the
-# environment, never argv) into the container; a fresh run keeps the previous run's events as
-# events.prev.jsonl. Values arrive as data: nothing is interpolated into code or shell.
-INSTALL_PY = r"""
-import base64, json, os, sys
-run_dir, files = sys.argv[1], json.loads(sys.argv[2])
-os.makedirs(run_dir, exist_ok=True)
-for name in ("state.json", "resume"):
-    if os.path.exists(os.path.join(run_dir, name)):
-        os.unlink(os.path.join(run_dir, name))
-if os.path.exists(os.path.join(run_dir, "events.jsonl")):
-    os.replace(os.path.join(run_dir, "events.jsonl"), os.path.join(run_dir, "events.prev.jsonl"))
-def write(path, data, mode):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
-for path, item in files.items():
-    data = base64.b64decode(item["b64"]) if "b64" in item else item["text"].encode()
-    write(path, data, int(item.get("mode", 0o644)))
-write(os.path.join(run_dir, "token"), os.environ["KIT_SUPERVISE_TOKEN"].encode(), 0o600)
-"""
-
-# Stops what supervision runs in this container, whatever state it is in: no resume on a
-# restart, SIGTERM to the coordinator then the agent (the agent stops its serve group first), and
-# what is left of the serve group after that (SIGKILL). Only processes of the bundle or named by
-# the serve pid file are signalled, after checking their command line (a pid file that survived a
-# container restart may name anything).
-STOP_PY = r"""
-import json, os, signal, sys, time
-run_dir, pid_file = sys.argv[1], sys.argv[2]
-def cmd(pid):
-    try:
-        return open(f"/proc/{pid}/cmdline", "rb").read()
-    except OSError:
-        return b""
-def pid_of(path, mark):
-    try:
-        pid = int(open(path).read().strip())
-    except (OSError, ValueError):
-        return None
-    return pid if pid > 1 and mark in cmd(pid) else None
-def wait_gone(pids, seconds):
-    end = time.monotonic() + seconds
-    while time.monotonic() < end and any(cmd(p) for p in pids):
-        time.sleep(0.1)
-    return [p for p in pids if cmd(p)]
-done = {}
-try:
-    os.unlink(os.path.join(run_dir, "resume"))
-except OSError:
-    pass
-for what in ("coordinator", "agent"):
-    pid = pid_of(os.path.join(run_dir, what + ".pid"), b"kit-supervise.pyz\0" + what.encode() + b"\0")
-    if pid:
-        os.kill(pid, signal.SIGTERM)
-        done[what] = pid
-        left = wait_gone([pid], 25)
-        if left:
-            os.kill(pid, signal.SIGKILL)
-serve = pid_of(pid_file, b"vllm") or pid_of(pid_file, b"serve.sh")
-if serve:
-    try:
-        pgid = os.getpgid(serve)
-    except OSError:
-        pgid = None
-    if pgid and pgid > 1 and pgid not in (os.getpgid(0), os.getpgid(1)):
-        for sig in (signal.SIGCONT, signal.SIGTERM):
-            os.killpg(pgid, sig)
-        if wait_gone([serve], 10):
-            os.killpg(pgid, signal.SIGKILL)
-        done["serve_group"] = pgid
-    try:
-        os.unlink(pid_file)
-    except OSError:
-        pass
-print("KIT_SUPERVISE_STOPPED " + json.dumps(done))
-"""
 
 
 @dataclass(frozen=True)
@@ -125,7 +44,7 @@ def install(runtime: Runtime, node: NodeHandle, *, serve_script: str, settings: 
     }
     result = runtime.exec(
         node,
-        ["python3", "-c", INSTALL_PY, RUN_DIR, json.dumps(files)],
+        ["python3", "-c", program_source("supervise/install.py"), RUN_DIR, json.dumps(files)],
         env={"KIT_SUPERVISE_TOKEN": token},
         timeout=60,
     )
@@ -186,7 +105,7 @@ def stop(runtime: Runtime, nodes: Sequence[NodeHandle], reason: str) -> dict[str
     """Stop supervision and every serve group it ran on these nodes: the coordinator is asked
     first (it orders every agent, on any host, to stop and exit), then whatever is left in each
     local container is ended directly."""
-    from kit.supervise.plan import PID_FILE
+    from kit.plan.supervise import PID_FILE
 
     running = [n for n in nodes if n.state == "running"]
     head = next((n for n in running if n.role == "head"), None)
@@ -199,7 +118,9 @@ def stop(runtime: Runtime, nodes: Sequence[NodeHandle], reason: str) -> dict[str
             time.sleep(1)
     out: dict[str, Any] = {"asked_coordinator": asked, "nodes": {}}
     for node in sorted(running, key=lambda n: n.role == "head"):  # the head last: its coordinator first
-        result = runtime.exec(node, ["python3", "-c", STOP_PY, RUN_DIR, PID_FILE], timeout=90)
+        result = runtime.exec(
+            node, ["python3", "-c", program_source("supervise/stop.py"), RUN_DIR, PID_FILE], timeout=90
+        )
         for line in result.stdout.splitlines():
             if line.startswith("KIT_SUPERVISE_STOPPED "):
                 out["nodes"][node.name] = json.loads(line.split(" ", 1)[1])
@@ -264,3 +185,10 @@ def follow(
 def _log_tail(runtime: Runtime, node: NodeHandle, name: str, lines: int = 20) -> list[str]:
     out = runtime.exec(node, ["tail", "-n", str(lines), f"{RUN_DIR}/{name}"], timeout=15).stdout
     return [ln for ln in out.splitlines() if ln.strip()]
+
+
+def events_text(runtime: Runtime, head: NodeHandle, tail: int | None) -> str:
+    found = read_events(runtime, head)
+    if tail is not None:
+        found = found[-tail:] if tail else []
+    return events.render(found) + "\n" if found else ""

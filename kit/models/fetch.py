@@ -3,7 +3,7 @@ loads, where each one goes on disk, the manifest kit writes next to a fetched sn
 offline completeness check of a snapshot that later work (serving offline, `kit verify` across
 nodes) calls.
 
-The Hub itself is reached only through kit/hub.py; nothing here writes a file. The check reads
+The Hub itself is reached only through kit/models/hub.py; nothing here writes a file. The check reads
 file sizes, the manifest and the checkpoint's index (through kit.safeload), never the weights.
 
 Layout on disk, the same as huggingface_hub's cache so that vLLM inside the containers (HF_HOME
@@ -245,7 +245,7 @@ def repo_folder(repo: str) -> str:
 
 
 @dataclass(frozen=True)
-class Layout:
+class DiskLayout:
     """Where one repo's files go: the HF hub cache (`cache_hub` = HF_CACHE/hub) or a plain folder."""
 
     root: Path  # the hub cache folder, or the local dir
@@ -254,11 +254,11 @@ class Layout:
     local: bool = False
 
     @classmethod
-    def cache(cls, hub_dir: str | Path, repo: str, sha: str) -> Layout:
+    def cache(cls, hub_dir: str | Path, repo: str, sha: str) -> DiskLayout:
         return cls(Path(hub_dir), repo, sha)
 
     @classmethod
-    def folder(cls, local_dir: str | Path, repo: str, sha: str) -> Layout:
+    def folder(cls, local_dir: str | Path, repo: str, sha: str) -> DiskLayout:
         return cls(Path(local_dir), repo, sha, local=True)
 
     @property
@@ -580,7 +580,7 @@ class OnDisk:
         return sum(f.size - min(self.partial.get(f.path, 0), f.size) for f in plan.files if f.path not in self.done)
 
 
-def survey(plan: FetchPlan, layout: Layout, previous: Manifest | None = None) -> OnDisk:
+def survey(plan: FetchPlan, layout: DiskLayout, previous: Manifest | None = None) -> OnDisk:
     """What of the plan is already on disk. In the cache a blob is named by its content hash, so
     the right size means the right file; in a local folder a file counts only when the previous
     manifest there recorded the same blob for it."""

@@ -2,7 +2,7 @@
 kit/state.py), one entry per `REPO@REVISION` with the commit it resolved to, where the snapshot
 is, its size and whether the last fetch finished complete. Writes are atomic (temp + rename).
 
-The record is this host's memory; the manifest beside the snapshot (kit/fetch.py) is what a
+The record is this host's memory; the manifest beside the snapshot (kit/models/fetch.py) is what a
 compute node sharing the cache checks against.
 """
 

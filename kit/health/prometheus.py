@@ -1,5 +1,5 @@
 """vLLM's Prometheus metrics: a bounded parser of the text exposition format, per-engine
-summaries, and rates from two scrapes. Pure: no I/O (kit/observe.py fetches /metrics).
+summaries, and rates from two scrapes. Pure: no I/O (kit/health/observe.py fetches /metrics).
 
 What vLLM 0.32 (V1) exposes, read in vllm/v1/metrics/loggers.py and checked against a real scrape
 of the CPU build (tests/fixtures/metrics/): every series carries `model_name` and `engine` (the DP
@@ -74,7 +74,7 @@ def parse(text: str, *, max_bytes: int = MAX_SCRAPE_BYTES, source: str = "/metri
     """Parse the Prometheus text exposition format (0.0.4, as prometheus_client writes it).
 
     Raises MetricsParseError naming the line for anything else, and for text longer than max_bytes
-    characters (kit/observe.py already stops reading at max_bytes bytes)."""
+    characters (kit/health/observe.py already stops reading at max_bytes bytes)."""
     if len(text) > max_bytes:
         raise MetricsParseError(f"{source} is over {max_bytes} bytes: not a vLLM metrics page")
     samples: list[Sample] = []

@@ -1,5 +1,5 @@
 """The HTTP side of metrics and liveness: /metrics with a deadline and a size cap, /health, and
-the one-token probe. Thin: everything it learns is judged by kit/metrics.py and kit/liveness.py.
+the one-token probe. Thin: everything it learns is judged by kit/health/prometheus.py and kit/health/liveness.py.
 
 vLLM serves /metrics and /health without the API key (its key only guards /v1); the probe needs
 it, and reads it from the file at call time (the key is never logged nor put in an error)."""
@@ -11,10 +11,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kit import metrics
-from kit.client import read_key
 from kit.errors import ServerError
-from kit.liveness import EngineSample, Observation, Probe
+from kit.health import prometheus as metrics
+from kit.health.liveness import EngineSample, Observation, Probe
+from kit.net.openai import read_key
 
 PROBE_BODY_BYTES = 1024 * 1024  # a one-token answer is < 1 KiB; this only bounds a broken server
 HEALTH_BODY_BYTES = 64 * 1024

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,12 +17,13 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from kit import safeload, validate
-from kit.config_schema import SCHEMA
-from kit.errors import ConfigError
+from kit.config.schema import SCHEMA
+from kit.errors import ConfigError, KitError
 from kit.images.vllm_releases import Target, target_version
+from kit.layout import BY_CONFIG, Layout
 
 if TYPE_CHECKING:
-    from kit.plan.layout import Layout
+    from kit.layout import Layout
 
 
 @dataclass(frozen=True)
@@ -150,9 +150,9 @@ class KitConfig:
     slurm: Slurm
     supervise: Supervise
     compile_cache: CompileCache = CompileCache()
-    # How model.tp/pp/dp were decided, set by kit.cluster.resolve when it applies the layout
-    # planner with the model's facts (None: this config alone decides, see `layout`).
-    layout_from: str | None = None
+    # The layout kit.plan.layout decided (kit.cluster.resolve applies it, with the model's facts
+    # when this host has them): the config never plans it itself (issue 26).
+    planned: Layout | None = None
     # Where kit.cluster.resolve learnt `vllm_version` when the config said auto (kit's image record).
     vllm_version_from: str | None = None
     # The image's `vllm serve` options, from its recorded facts (kit.images.facts; set by
@@ -181,15 +181,19 @@ class KitConfig:
         """DP ranks on each node (vLLM's --data-parallel-size-local); the checks make it exact."""
         return max(1, self.dp // self.nodes)
 
-    @functools.cached_property
+    @property
     def layout(self) -> Layout:
-        """The layout (kit.plan.layout): decided with the model's facts when kit.cluster.resolve
-        applied it (then every value is a number and `layout_from` says how), else from this
-        config alone (tests, a config built without a host)."""
-        from kit.plan.layout import plan_layout
-
-        layout = plan_layout(self, None)
-        return dataclasses.replace(layout, decided_by=self.layout_from) if self.layout_from else layout
+        """The layout kit.plan.layout decided for this config (set by kit.cluster.resolve). A
+        config whose model.tp/pp/dp are all numbers reads them as they are; one with an `auto`
+        left must be planned first (KitError: a bug in the caller, not the user's input)."""
+        if self.planned is not None:
+            return self.planned
+        m = self.model
+        if "auto" in (m.tp, m.pp, m.dp):
+            raise KitError(
+                "internal error: the layout (model.tp/pp/dp auto) was used before kit.plan.layout decided it"
+            )
+        return Layout(int(m.tp), int(m.pp), int(m.dp), m.ep, BY_CONFIG)
 
     @property
     def vllm(self) -> Target:

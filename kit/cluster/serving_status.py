@@ -1,67 +1,29 @@
-"""The small pieces the verbs and the cluster layer call for supervision (issue 18):
-
-- `kit up`: SIGTERM unwinds like Ctrl-C, and an interrupted start leaves nothing it started
-  (the container, and the network when nothing else of the cluster is left on this host);
-- `kit serve`: a server that does not answer while only some of its ranks live on is stale, not
-  "already running"; an interrupted or timed-out start stops what it started on every node;
-- `kit status`: whether the model is served (liveness), supervision (restarts, last failure),
-  the Ray nodes that are missing, by name;
-- `kit logs --events`: the supervision events.
+"""What `kit status` adds about serving and supervision (issue 18): whether the model is served
+(liveness), supervision (restarts, last failure), the Ray nodes that are missing, by name; and
+supervision in a SLURM job's output. Data only: kit/commands/status.py renders it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import signal
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kit.cluster import supervision as host
 from kit.config import KitConfig
 from kit.errors import KitError
+from kit.plan.supervise import expected_engines
 from kit.runtime.base import NodeHandle, Runtime
-from kit.supervise import events, host
-from kit.supervise.plan import expected_engines
-
-
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """Inside the block SIGTERM (a scheduler, `kill`, a closing terminal's shell) raises
-    KeyboardInterrupt, so the same cleanup as Ctrl-C runs and kit exits 130 with a message."""
-
-    def _raise(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    try:
-        previous = signal.signal(signal.SIGTERM, _raise)
-    except ValueError:  # not the main thread (kit called as a library): leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def stale_ranks(runtime: Runtime, targets: Sequence[NodeHandle], url: str, alive: Callable[[NodeHandle], bool]) -> bool:
-    """Some nodes still run `vllm serve` but the head does not and nothing answers: what is left
-    of a group whose head went away (e.g. its container restarted). Not a running server."""
-    from kit import client
-
-    head = next((n for n in targets if n.role == "head"), None)
-    if head is None or alive(head) or client.health(url, timeout=3):
-        return False
-    return any(alive(n) for n in targets if n is not head)
-
+from kit.supervise import events
 
 # ---- kit status ---------------------------------------------------------------------------------
 
 
 def server_status(config: KitConfig, url: str) -> dict[str, Any]:
     """Is the model served? /health and every engine's /metrics, and a one-token request pinned to
-    each idle engine (a stopped engine keeps /health at 200: kit/liveness.py's docstring).
+    each idle engine (a stopped engine keeps /health at 200: kit/health/liveness.py's docstring).
     `serving` is True only when every engine the plan expects is serving or idle-and-answering."""
-    from kit import liveness, observe
+    from kit.health import liveness, observe
 
     try:
         observation, _ = observe.observe(url, deadline_s=5)
@@ -141,38 +103,7 @@ def status_extras(
     return out
 
 
-def render_status(result: dict[str, Any]) -> list[str]:
-    """The lines `kit status` adds: the server's liveness, supervision, missing Ray nodes."""
-    out = []
-    server = result.get("server")
-    if server is not None:
-        if server["serving"]:
-            word = "serving" if server["state"] == "serving" else "idle, answering"
-            out.append(f"server: {word} at {server['url']} ({len(server['engines'])} engine(s))")
-        else:
-            out.append(f"server: NOT SERVING at {server['url'] or 'the head'}: {server['reason']}")
-    sup = result.get("supervise")
-    if sup is not None:
-        line = (
-            f"supervisor: {'active' if sup['active'] else 'not running'}, {sup['phase']}, "
-            f"generation {sup['generation']}, {sup['restarts']} restart(s)"
-        )
-        if sup.get("last_failure"):
-            line += f"; last failure {sup.get('last_failure_time') or ''}: {sup['last_failure']}"
-        out.append(line)
-    if result.get("ray_missing"):
-        out.append("Ray: missing " + ", ".join(result["ray_missing"]))
-    return out
-
-
 # ---- kit logs --events, kit status --slurm ------------------------------------------------------
-
-
-def events_text(runtime: Runtime, head: NodeHandle, tail: int | None) -> str:
-    found = host.read_events(runtime, head)
-    if tail is not None:
-        found = found[-tail:] if tail else []
-    return events.render(found) + "\n" if found else ""
 
 
 def slurm_summary(output_path: str | None) -> dict[str, Any] | None:
@@ -185,15 +116,3 @@ def slurm_summary(output_path: str | None) -> dict[str, Any] | None:
     except OSError:
         return None
     return {**events.summary(found), "events": len(found)} if found else None
-
-
-def render_slurm(job: dict[str, Any]) -> str:
-    sup = job.get("supervise")
-    if not sup:
-        return ""
-    line = f"\n  supervisor: {sup['restarts']} restart(s), last event {sup['last_event']} at {sup['last_event_time']}"
-    if sup.get("last_failure"):
-        line += f"; last failure {sup['last_failure_time']}: {sup['last_failure']}"
-    if sup.get("given_up"):
-        line += "; GAVE UP"
-    return line

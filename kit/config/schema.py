@@ -1,28 +1,11 @@
-"""kit's configuration schema: every key, its type, default, bounds and help. kit/config.py
+"""kit's configuration schema: every key, its type, default, bounds and help. kit/config/__init__.py
 loads and layers the values; `kit config show` and the README's key list read this table.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 from kit.images.vllm_releases import DP_LB_MODES
-
-
-@dataclass(frozen=True)
-class Spec:
-    kind: str  # str | int | float | bool | list | dict | choice | int_auto | size
-    default: Any
-    help: str
-    choices: tuple[str, ...] = ()
-    optional: bool = False  # None allowed
-    text: str = "name"  # kit.validate.RULES kind of the string (of each item, for lists and dicts)
-    low: int | None = None  # inclusive bounds of an int (int_auto: of its number)
-    high: int | None = None
-    special: tuple[int, ...] = ()  # ints allowed outside the bounds (vLLM's -1 = auto)
-    pattern: tuple[str, str] | None = None  # (regex the whole string matches, what it is)
-
+from kit.validate import Spec
 
 # Names that become parts of container, network and label names (Docker's rule).
 NAME_PATTERN = (r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}", "letters, digits, '.', '_' or '-' (at most 63)")

@@ -1,4 +1,4 @@
-"""Is each engine serving? A pure judgement over what kit/observe.py saw: /health, per-engine
+"""Is each engine serving? A pure judgement over what kit/health/observe.py saw: /health, per-engine
 samples of vLLM's metrics over time, and one-token probes.
 
 States, per engine (= DP rank):
@@ -15,7 +15,7 @@ tests/fixtures/metrics/): an engine's gauges are published by the engine itself,
 (SIGSTOP) they freeze at their last values. Stopped while busy, it shows `running > 0` with a flat
 token counter (the first rule). Stopped while idle, it keeps showing 0 running, 0 waiting while the
 API server's load balancer queues requests on it, and /health still answers 200: only a request
-pinned to that engine (the `X-data-parallel-rank` header, kit/observe.py) can tell.
+pinned to that engine (the `X-data-parallel-rank` header, kit/health/observe.py) can tell.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from kit.metrics import EngineStats
+from kit.health.prometheus import EngineStats
 
 State = Literal["api-down", "dead", "hung", "serving", "idle-ok"]
 # Worst first: the state a group takes when its engines disagree.

@@ -6,7 +6,7 @@ get_hf_file_metadata), so its error classes say what is wrong: unknown repo, rev
 
 The bytes are moved here, by plain HTTP GETs of the same `/{repo}/resolve/{sha}/{path}` URLs
 (following the Hub's redirect to its CDN, which drops the Authorization header), into the
-layout of kit/fetch.py. Why not hf_hub_download: since huggingface_hub 1.18 (PR 4228; issue
+layout of kit/models/fetch.py. Why not hf_hub_download: since huggingface_hub 1.18 (PR 4228; issue
 4196 is open) a download goes to a per-process `<etag>.<uuid>.incomplete`, opened "wb" and
 deleted on failure, so a killed or Ctrl-C'd fetch of a 5 GB shard starts again from zero. kit
 keeps `blobs/<etag>.incomplete` (the name huggingface_hub used up to 1.17) and continues it with
@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 
 from kit import __version__
 from kit.errors import ConfigError, ExitCode, KitError, ServerError
-from kit.fetch import SHA_RE, FetchPlan, Layout, RemoteFile, RepoListing
+from kit.models.fetch import SHA_RE, DiskLayout, FetchPlan, RemoteFile, RepoListing
 from kit.output import human_bytes
 
 if TYPE_CHECKING:
@@ -281,7 +281,7 @@ class Hub:
     def fetch(
         self,
         plan: FetchPlan,
-        layout: Layout,
+        layout: DiskLayout,
         progress: Progress,
         *,
         done: frozenset[str] = frozenset(),
@@ -289,7 +289,7 @@ class Hub:
         on_tick: Callable[[], None] = lambda: None,
     ) -> None:
         """Every file of the plan into the layout, `workers` files at a time, the biggest first;
-        files in `done` (kit.fetch.survey) are only linked. Partial files are continued. Ctrl-C
+        files in `done` (kit.models.fetch.survey) are only linked. Partial files are continued. Ctrl-C
         raises FetchInterrupted: the threads stop at their next chunk and what they wrote stays
         for the next run."""
         stop = threading.Event()
@@ -336,7 +336,7 @@ class Hub:
         self,
         session: requests.Session,
         plan: FetchPlan,
-        layout: Layout,
+        layout: DiskLayout,
         f: RemoteFile,
         progress: Progress,
         stop: threading.Event,
