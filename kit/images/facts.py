@@ -14,12 +14,14 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from pathlib import Path
 from typing import Any
 
 from kit.errors import ImageError
 from kit.images import vllm_probe
-from kit.resources import program_source
 
+# One of kit's shipped in-container programs (kit.resources.PROGRAMS), read from its file.
+PROBE_PATH = Path(vllm_probe.__file__)
 MAX_OUTPUT = 4 << 20  # bytes of probe output kit reads at most (a real parser record is ~100 KB)
 MAX_OPTIONS = 4000
 _FLAG_RE = re.compile(r"-{1,2}[A-Za-z0-9][A-Za-z0-9_.+-]{0,99}\Z")
@@ -28,7 +30,7 @@ _TEXT_LIMIT = 500
 
 def probe_source() -> str:
     """The probe program's text (it runs as `python3 -c SOURCE facts` in images that lack it)."""
-    return program_source("images/vllm_probe.py")
+    return PROBE_PATH.read_text()
 
 
 @lru_cache(maxsize=1)

@@ -64,3 +64,23 @@ def seed_record(ref: str, key: str, version: str = NEWEST, *, ray: str | None = 
     facts = recorded_facts(version, ray=ray)
     records.save_facts(key, dict(facts.data), image=ref)
     records.link_facts(ref, key, **fields)
+
+
+class RecordedStore:
+    """The image store of a fake runtime: every image is one of `version`, and kit's probe in it
+    answers with that release's recorded facts (kit.cluster.image_facts at first use)."""
+
+    name = "docker"
+
+    def __init__(self, version: str = NEWEST, *, ray: str | None = None) -> None:
+        self.version, self.ray = version, ray
+
+    def image_info(self, ref: str) -> object:
+        from kit.runtime.base import ImageInfo
+
+        return ImageInfo(ref=ref, id="sha256:" + "e" * 64)
+
+    def run_probe(self, ref: str, program: str, args: object, *, timeout: float = 600) -> object:
+        from kit.runtime.base import ExecResult
+
+        return ExecResult(0, probe_output(self.version, ray=self.ray), "")

@@ -54,7 +54,8 @@ case " $* " in *" --block "*) exec /bin/sleep "${KIT_STUB_RAY_BLOCK:-0}" ;; esac
     # for the GCS), report the cluster complete. `python3 - check ...` is kit's image check of a
     # launcher written without a record of the image (issue 24): the image passes it.
     "python3": RECORD
-    + """if [ "$1" = - ] && [ "${2:-}" != check ]; then
+    + """if [ "$1" = - ] && [ "${2:-}" = check ]; then exec /bin/cat >/dev/null; fi
+if [ "$1" = - ]; then
   for _ in {1..500}; do [ -e "${KIT_RECORD}/.head" ] && break; /bin/sleep 0.01; done
   echo "KIT_READY nodes=$2 $3=$4"
 fi

@@ -659,7 +659,10 @@ class SlowNodes:
     name = "docker"
 
     def __init__(self, ready_s: float) -> None:
+        from tests.unit.recorded_parsers import RecordedStore
+
         self.ready_s = ready_s
+        self.images = RecordedStore()  # kit probes the image once before the bring-up (issue 24)
         self.specs: dict[str, Any] = {}
         self.launched: set[str] = set()
         self.waits: list[float] = []
