@@ -189,6 +189,9 @@ class FakeRuntime(Runtime):
         self.clusters.append(cluster)
         return list(self.nodes)
 
+    def host_nodes(self) -> list[NodeHandle]:
+        return list(self.nodes)
+
     def exec(
         self,
         node: NodeHandle,

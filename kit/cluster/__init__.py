@@ -26,6 +26,7 @@ from kit.cluster import nodes as _nodes
 from kit.cluster import serving as _serving
 from kit.cluster import status as _status
 from kit.cluster import supervised as _supervised
+from kit.cluster.host_share import check_host_share
 from kit.cluster.model import ModelCache, check_model_cache, decide_offline, with_offline
 from kit.cluster.nodes import NodePlan, UpResult
 from kit.cluster.resolve import (
@@ -186,7 +187,17 @@ class Cluster:
             check_mounts(config, self.sources)
         host = _nodes.gather_host_facts(config)
         net = plan_node_net(config, self.sources, role, host)
-        return NodePlan(plan_node(config, role, net, has_infiniband=host.has_infiniband), net)
+        plan = NodePlan(plan_node(config, role, net, has_infiniband=host.has_infiniband), net)
+        # issue 28: no host port or GPU another cluster's running node holds (a dry run included)
+        check_host_share(config, role, self._runtime_or_none())
+        return plan
+
+    def _runtime_or_none(self) -> Runtime | None:
+        """The runtime adapter, or None where it cannot be made here (a dry run without one)."""
+        try:
+            return self.runtime
+        except Exception:
+            return None
 
     def up(
         self,

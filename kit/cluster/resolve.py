@@ -25,6 +25,7 @@ from kit.images.facts import ImageFacts
 from kit.images.vllm_releases import parse_version
 from kit.layout import Layout
 from kit.plan.layout import ModelFacts, plan_layout
+from kit.plan.node import local_model_dir
 
 Overrides = Mapping[str, tuple[Any, str]]  # dotted key -> (value, where it came from)
 
@@ -175,7 +176,14 @@ def absolutize(resolved: Resolved) -> Resolved:
     for m in cfg.mounts:
         src, sep, rest = m.partition(":")
         mounts.append(f"{host_path(src)}{sep}{rest}" if sep else m)
+    model = cfg.model
+    if local_model_dir(cfg) is not None:
+        # Absolute, as written (not through symlinks): it is also the path vLLM is given, and the
+        # served name by default (issue 28: mounted read-only at this path on every node).
+        model = dataclasses.replace(model, id=os.path.abspath(os.path.expanduser(model.id)))
     config = cfg.replace(
+        model=model,
+        slurm=dataclasses.replace(cfg.slurm, prologue=host_path(cfg.slurm.prologue)),
         hf_cache=host_path(cfg.hf_cache),
         hf_token_file=host_path(cfg.hf_token_file),
         api_key_file=host_path(cfg.api_key_file),
@@ -263,7 +271,9 @@ def check_secret_files(config: KitConfig, sources: Mapping[str, str]) -> None:
 
 def check_mounts(config: KitConfig, sources: Mapping[str, str]) -> None:
     """Every extra mount's host path exists on this host (Docker would create a missing one,
-    owned by root and empty, and the container would start on nothing)."""
+    owned by root and empty, and the container would start on nothing), and so does a model
+    directory (model.id as a path: mounted at the same path)."""
+    check_local_model(config, sources)
     for item in config.mounts:
         host = item.split(":", 1)[0]
         if not os.path.exists(host):
@@ -273,6 +283,46 @@ def check_mounts(config: KitConfig, sources: Mapping[str, str]) -> None:
                 source=sources.get("mounts"),
                 hint="create it, or fix the path (mounts are '/host/path:/container/path[:ro]')",
             )
+
+
+def check_prologue(config: KitConfig, sources: Mapping[str, str]) -> None:
+    """slurm.prologue is code the job runs as you: a regular file you own, readable, that nobody
+    else may change (not group- or world-writable: ssh's rule for what runs as you)."""
+    path = config.slurm.prologue
+    if path is None:
+        return
+    key, source = "slurm.prologue", sources.get("slurm.prologue")
+    try:
+        validate.readable_file(path)
+        st = os.stat(path)
+    except (validate.Invalid, OSError) as exc:
+        message = exc.message if isinstance(exc, validate.Invalid) else f"{path}: {exc.strerror}"
+        raise ConfigError(message, key=key, source=source, hint="write the file (module loads, exports)") from None
+    if st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise ConfigError(
+            f"{path} is {'not yours' if st.st_uid != os.getuid() else 'writable by others'}: the job would run "
+            "what someone else may change",
+            key=key,
+            source=source,
+            hint=f"own it and make it writable by you alone (chmod go-w {path})",
+        )
+
+
+def check_local_model(config: KitConfig, sources: Mapping[str, str]) -> None:
+    """model.id naming a directory (kit.plan.node.local_model_dir) must hold the model's
+    config.json on this host: the node mounts that directory read-only at the same path."""
+    path = local_model_dir(config)
+    if path is None:
+        return
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        what = "is not a directory" if not os.path.isdir(path) else "holds no config.json"
+        raise ConfigError(
+            f"the model directory {path} {what} on this host",
+            key="model.id",
+            source=sources.get("model.id"),
+            hint="give the directory that holds the model's config.json and weights (it is mounted read-only "
+            "at the same path), or a hub id like org/name",
+        )
 
 
 def guessed_warning(layout: Layout) -> str | None:

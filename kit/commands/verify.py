@@ -17,6 +17,7 @@ from kit.errors import ConfigError, UsageError
 from kit.output import emit, progress
 from kit.plan.exposure import exposures
 from kit.verify import policy
+from kit.verify.latency import LATENCY_METHODS
 from kit.verify.policy import EXPECTS
 from kit.verify.report import VerifyResult, junit_xml, raise_if_failed, render_text
 
@@ -77,6 +78,15 @@ if TYPE_CHECKING:
     help="Collective(s) to probe across all GPUs of all nodes  [default: all-reduce; both when the "
     "config turns expert parallelism on (model.ep): all-to-all is what MoE experts exchange]",
 )
+@click.option(
+    "--latency",
+    type=click.Choice(["auto", "off", *LATENCY_METHODS]),
+    default="auto",
+    show_default=True,
+    help="How to time the all-reduce at decode sizes (4 KiB-1 MiB), beside the bandwidth. auto: NCCL "
+    "called directly, 64 all-reduces per CUDA graph (as decode runs them), else torch.distributed in "
+    "CUDA graphs; Gloo (CPU): back to back. The output names the method.",
+)
 @click.option("--no-collective", is_flag=True, help="Skip the collective probe.")
 @click.option(
     "--model",
@@ -126,6 +136,7 @@ def command(
     sizes: str | None,
     budget_s: float,
     collective_kind: str | None,
+    latency: str,
     no_collective: bool,
     model: str | None,
     python: str,
@@ -169,7 +180,7 @@ def command(
     check_sizes(sizes)
     writable(junit_path, "--junit")  # before any probe runs, not after
     expectations = runner.Expectations(expect, expected_nodes, gpus_per_node)
-    spec = runner.CollectiveSpec(sizes, budget_s, timeout_s, master_port, _collectives(collective_kind))
+    spec = runner.CollectiveSpec(sizes, budget_s, timeout_s, master_port, _collectives(collective_kind), latency)
     result: VerifyResult
     if job_output:
         from kit import safeload

@@ -51,12 +51,6 @@ SCHEMA: dict[str, Spec] = {
         "network interface for NCCL/Gloo, or auto (the one carrying node_ip)",
         pattern=INTERFACE_PATTERN,
     ),
-    "api_listen": Spec(
-        "choice",
-        "node",
-        "where the API listens: node (the head's node IP, closed by default) or all (0.0.0.0)",
-        ("node", "all"),
-    ),
     "infiniband": Spec("choice", "auto", "pass /dev/infiniband, IPC_LOCK, memlock", ("auto", "on", "off")),
     "network": Spec(
         "str",
@@ -86,6 +80,21 @@ SCHEMA: dict[str, Spec] = {
         "int", 29550, "data-parallel RPC port on the head (--data-parallel-rpc-port; vLLM's default)", low=1, high=65535
     ),
     "ports.supervisor": _port(29570, "supervisor control endpoint on the head's node IP (supervise.enabled)"),
+    "api_listen": Spec(
+        "choice",
+        "node-ip",
+        "where the API listens: node-ip (the head's node IP only), or all (every interface: a login node "
+        "reaching the head by another network than `interface`)",
+        ("node-ip", "all"),
+    ),
+    "tunnel.login_host": Spec(
+        "str",
+        None,
+        "[USER@]HOST the SSH tunnel hint goes through (default: the job's submit host)",
+        optional=True,
+        pattern=(r"([A-Za-z0-9_.][A-Za-z0-9_.-]{0,63}@)?[A-Za-z0-9][A-Za-z0-9.-]{0,252}", "a host name, or USER@HOST"),
+    ),
+    "tunnel.ssh_port": Spec("int", 22, "SSH port of tunnel.login_host", low=1, high=65535),
     "model.id": Spec(
         "str", "Qwen/Qwen2.5-7B-Instruct", "model id on the hub, or a path inside the HF cache mount", text="path"
     ),
@@ -168,7 +177,13 @@ SCHEMA: dict[str, Spec] = {
     "timeouts.join": Spec(
         "int", 600, "seconds a worker keeps retrying to join the head / head waits for nodes", low=1, high=10_000_000
     ),
-    "timeouts.ready": Spec("int", 1800, "seconds to wait for the server to become healthy", low=1, high=10_000_000),
+    "timeouts.ready": Spec(
+        "int_auto",
+        "auto",
+        "seconds to wait for the server to become healthy, or auto: 1800, and under SLURM the job's remaining walltime",
+        low=1,
+        high=10_000_000,
+    ),
     "timeouts.liveness": Spec(
         "int",
         30,
@@ -193,6 +208,30 @@ SCHEMA: dict[str, Spec] = {
     "apptainer.tmp_dir": Spec(
         "str", None, "APPTAINER_TMPDIR (needs room for the unpacked image)", optional=True, text="path"
     ),
+    "apptainer.gpu_args": Spec(
+        "list",
+        ["--nv"],
+        "Apptainer's GPU options on every node (a site may need [--nvccli, --writable-tmpfs])",
+        text="arg",
+        high=32,
+    ),
+    "apptainer.extra_args": Spec(
+        "list",
+        [],
+        "more options of every node's `apptainer exec`/`instance start` (e.g. --fakeroot)",
+        text="arg",
+        high=64,
+    ),
+    "docker.user": Spec(
+        "str",
+        None,
+        "run the node containers as UID[:GID] (docker run --user), as Apptainer runs them as you",
+        optional=True,
+        pattern=(r"[0-9]{1,10}(:[0-9]{1,10})?", "a numeric UID or UID:GID, e.g. 1000:1000"),
+    ),
+    "docker.read_only": Spec(
+        "bool", False, "read-only image filesystem (docker run --read-only; /tmp a tmpfs), as Apptainer's image is"
+    ),
     "enroot.image_dir": Spec(
         "str", "~/.local/share/kit/images", "where `kit pull --runtime enroot` writes squashfs files", text="path"
     ),
@@ -205,6 +244,17 @@ SCHEMA: dict[str, Spec] = {
     "slurm.output": Spec("str", "kit-%j.out", "#SBATCH --output", text="path"),
     "slurm.error": Spec("str", "kit-%j.err", "#SBATCH --error", text="path"),
     "slurm.requeue": Spec("bool", False, "#SBATCH --requeue, and requeue the job when supervision gives up"),
+    "slurm.exclusive": Spec(
+        "bool", False, "#SBATCH --exclusive (whole nodes: runtime docker then gives the containers every GPU)"
+    ),
+    "slurm.prologue": Spec(
+        "str",
+        None,
+        "a shell file of yours every node sources before anything starts (module load apptainer, site "
+        "environment); kit only sources it, never copies it",
+        optional=True,
+        text="path",
+    ),
 }
 
 SECRET_ENV_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY", "OPENAI_API_KEY", "RAY_AUTH_TOKEN")

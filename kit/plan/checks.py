@@ -246,6 +246,71 @@ def check_vllm_options(config: KitConfig, sources: Mapping[str, str]) -> None:
         )
 
 
+# Apptainer options that break a kit node (FIELD_NOTES §4): a private 64 MB /tmp and /dev/shm
+# (Ray breaks there), a cleaned environment (SLURM_* and kit's APPTAINERENV_ variables dropped).
+APPTAINER_REFUSED = {
+    "-c": "a private /tmp and /dev/shm of 64 MB, where Ray and NCCL break",
+    "--contain": "a private /tmp and /dev/shm of 64 MB, where Ray and NCCL break",
+    "-C": "a private /tmp, /dev/shm and network namespace, where Ray and NCCL break",
+    "--containall": "a private /tmp, /dev/shm and network namespace, where Ray and NCCL break",
+    "-e": "a cleaned environment: SLURM_* and kit's node environment would be dropped",
+    "--cleanenv": "a cleaned environment: SLURM_* and kit's node environment would be dropped",
+}
+
+
+def check_runtime_options(config: KitConfig, sources: Mapping[str, str]) -> None:
+    """The runtime-specific keys (issue 28): honoured by their runtime, refused with any other one
+    (never silently ignored), and Apptainer's options each one option word that keeps a node whole."""
+    if config.runtime != "docker":
+        for key, value in (("docker.user", config.docker.user), ("docker.read_only", config.docker.read_only)):
+            if value:
+                raise ConfigError(
+                    f"{key} is for runtime docker; with {config.runtime} the containers already run as you "
+                    "(Apptainer) or as the runtime maps you, on a read-only image",
+                    key=key,
+                    source=_src(sources, key),
+                    hint=f"unset {key}",
+                )
+    if config.runtime != "docker":
+        for key in ("ipc_host", "shm_size"):
+            if _src(sources, key) != "default" and (key == "shm_size" or not config.ipc_host):
+                raise ConfigError(
+                    f"{key} is for runtime docker: {config.runtime} containers always share the host's IPC "
+                    "namespace and /dev/shm",
+                    key=key,
+                    source=_src(sources, key),
+                    hint=f"unset {key}",
+                )
+    options = {"apptainer.gpu_args": config.apptainer.gpu_args, "apptainer.extra_args": config.apptainer.extra_args}
+    for key, words in options.items():
+        if config.runtime != "apptainer":
+            if _src(sources, key) != "default":
+                raise ConfigError(
+                    f"{key} is for runtime apptainer, not {config.runtime}",
+                    key=key,
+                    source=_src(sources, key),
+                    hint=f"unset {key}, or use runtime apptainer",
+                )
+            continue
+        for word in words:
+            name = word.split("=", 1)[0]
+            if not word.startswith("-") or any(c.isspace() for c in word):
+                raise ConfigError(
+                    f"{word!r} is not one option word: each item is one Apptainer option, like --nvccli "
+                    "or --bind=/scratch (an extra word would be read as the image)",
+                    key=key,
+                    source=_src(sources, key),
+                    hint="write options with their value attached (--opt=value), one per item",
+                )
+            if name in APPTAINER_REFUSED:
+                raise ConfigError(
+                    f"{name} gives the node {APPTAINER_REFUSED[name]}",
+                    key=key,
+                    source=_src(sources, key),
+                    hint=f"remove {name} (kit binds what a node needs itself)",
+                )
+
+
 def check_config(
     config: KitConfig,
     sources: Mapping[str, str],
@@ -260,6 +325,7 @@ def check_config(
     check_vllm_options(config, sources)
     check_ports(config, sources)
     check_env(config, sources)
+    check_runtime_options(config, sources)
     image_check.check_extra_args(config, sources)
     if facts is not None:
         image_check.check_image(config, sources, facts)

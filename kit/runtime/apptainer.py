@@ -361,6 +361,22 @@ class ApptainerRuntime(ContainerRuntime, ImageStore):
     def state(self, name: str) -> str | None:
         return "running" if any(i.get("instance") == name for i in self._instances()) else None
 
+    def host_nodes(self) -> list[NodeHandle]:
+        """The running kit instances of every cluster, with the labels kit recorded at start."""
+        nodes = []
+        for inst in self._instances():
+            name = str(inst.get("instance", ""))
+            if not name.startswith("kit-"):
+                continue
+            labels = self._meta(name).get("labels", {})
+            if not labels.get("kit.cluster"):
+                continue
+            nodes.append(
+                NodeHandle(name=name, cluster=labels["kit.cluster"], role=labels.get("kit.role", "?"), rank=0,
+                           state="running", labels=labels)
+            )  # fmt: skip
+        return nodes
+
     def find_nodes(self, cluster: str) -> list[NodeHandle]:
         prefix = f"kit-{cluster}-"
         nodes = []

@@ -265,6 +265,12 @@ class ContainerRuntime(abc.ABC):
     def find_nodes(self, cluster: str) -> list[NodeHandle]:
         """Every kit node of `cluster` on this host, head first then by rank."""
 
+    def host_nodes(self) -> list[NodeHandle]:
+        """Every running kit node on this host, of any cluster: what they hold (their labels) is
+        checked before another cluster's node starts (kit.cluster.host_share). An adapter that
+        cannot list them returns [] (the check then sees nothing)."""
+        return []
+
     @abc.abstractmethod
     def exec(
         self,

@@ -397,13 +397,18 @@ class DockerRuntime(ContainerRuntime, ImageStore):
         nodes = [self._handle(c) for c in containers]
         return sorted(nodes, key=lambda n: (n.role != "head", n.rank))
 
-    def _handle(self, container: Any) -> NodeHandle:
+    def host_nodes(self) -> list[NodeHandle]:
+        """The running kit containers of every cluster (their labels: no image lookups)."""
+        containers = self.client.containers.list(filters={"label": [LABEL_MANAGED]})
+        return [self._handle(c, digest=False) for c in containers]
+
+    def _handle(self, container: Any, *, digest: bool = True) -> NodeHandle:
         labels = container.labels
-        image_id = container.attrs.get("Image")
-        digest = None
+        image_id = container.attrs.get("Image") if digest else None
+        found = None
         if image_id:
             info = self.image_info(image_id)
-            digest = info.digests[0] if info and info.digests else image_id
+            found = info.digests[0] if info and info.digests else image_id
         return NodeHandle(
             name=container.name,
             cluster=labels.get("kit.cluster", ""),
@@ -412,7 +417,7 @@ class DockerRuntime(ContainerRuntime, ImageStore):
             state=container.status,
             ip=labels.get("kit.node-ip"),
             image=labels.get("kit.image", ""),
-            image_digest=digest,
+            image_digest=found,
             started_at=container.attrs.get("State", {}).get("StartedAt"),
             labels=dict(labels),
         )

@@ -2,8 +2,9 @@
 real torch.distributed over Gloo) with distinct IPs on a private Docker network (issue 5).
 
 - a good cluster passes: identical versions/digest table, a correct all-reduce over 2 ranks on
-  2 nodes, inter-node transport Socket (Gloo over TCP), Ray registered each node's own IP, the
-  model snapshot identical on both nodes;
+  2 nodes, inter-node transport Socket (Gloo over TCP), the all-reduce's latency at decode sizes
+  (Gloo: back to back), Ray registered each node's own IP, the model snapshot identical on both
+  nodes;
 - a policy that asks for more (--expect ib-gdr) exits 7 with a one-line reason;
 - a worker started from a different image (other digest, one package at another version) is
   caught by name.
@@ -98,6 +99,19 @@ def test_verify_passes_on_a_good_two_node_cluster(cluster: tuple[dict[str, str],
     assert result["transport"]["inter_worst"] == "socket" and result["transport"]["backend"] == "gloo"
     checks = {(c["name"], c["node"]): c for c in result["checks"]}
     assert "Socket" in checks[("transport.inter", None)]["reason"]
+
+    # Latency at decode sizes (issue 30): the probe sent with -c (collective.py + latency.py as
+    # one program) measured it on Gloo back to back, in place only, and says so.
+    lat = result["latency"]
+    assert (lat["method"], lat["dtype"], lat["graph_ops"], lat["correct"], lat["error"]) == (
+        "gloo-eager",
+        "float32",
+        None,
+        True,
+        None,
+    )
+    assert [r["bytes"] for r in lat["results"]] == [4096 << i for i in range(9)]
+    assert all(r["out_of_place_us"] is None and r["in_place_us"] > 0 for r in lat["results"])
 
     # Ray registered each node's own IP; the model snapshot is the same on both nodes.
     assert [(r["ip"], r["vllm_host_ip"]) for r in result["ray"]] == [(f"{prefix}.10",) * 2, (f"{prefix}.11",) * 2]

