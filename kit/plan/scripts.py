@@ -45,7 +45,7 @@ def image_precheck(config: KitConfig, role: Role, *, serve: bool) -> dict[str, o
         "program": packed_probe(),
         "spec": precheck_spec(config, role, serve=serve),
         "serve": serve,
-        "what": "every `vllm serve` option below" if serve else "that the image has Ray",
+        "what": "every option below against the image's own `vllm serve` parser" if serve else "that the image has Ray",
     }
 
 
