@@ -21,6 +21,7 @@ from kit import validate
 from kit.config import KitConfig, Resolved, build, coerce, load_config
 from kit.config.schema import SCHEMA
 from kit.errors import ConfigError, KitError
+from kit.images.facts import ImageFacts
 from kit.images.vllm_releases import parse_version
 from kit.layout import Layout
 from kit.plan.layout import ModelFacts, plan_layout
@@ -40,6 +41,7 @@ class Resolution:
     resolved: Resolved
     layout: Layout
     model: ModelFacts | None
+    image: ImageFacts | None = None  # the image's recorded facts (issue 24), None without a record
 
     @property
     def config(self) -> KitConfig:
@@ -63,8 +65,35 @@ def resolve(
 ) -> Resolution:
     """Load the config (layers: defaults < file < KIT_* < overrides), then apply the layout."""
     resolved = recorded_version(absolutize(load_config(config_path, environ=environ, overrides=overrides, cwd=cwd)))
+    image = find_image_facts(resolved.config.image)
     model = read_model_facts(resolved.config)
-    return apply_layout(resolved, model)
+    return apply_layout(with_image(resolved, image), model, image)
+
+
+def find_image_facts(ref: str) -> ImageFacts | None:
+    """The image's recorded facts (kit.cluster.image_facts; an unreadable record counts as none)."""
+    from kit.cluster.image_facts import find_facts
+
+    try:
+        return find_facts(ref)
+    except KitError:
+        return None
+
+
+def with_image(resolved: Resolved, image: ImageFacts | None) -> Resolved:
+    """The image's own facts decide what kit renders (issue 24): its serve options, and with
+    `vllm_version: auto` its vLLM release (over the record's label, build argument or tag)."""
+    if image is None or image.serve is None:
+        return resolved
+    config = resolved.config.replace(image_options=frozenset(image.options()))
+    values, sources = dict(resolved.values), dict(resolved.sources)
+    version = image.vllm_version
+    learnt = resolved.values["vllm_version"] == "auto" or resolved.sources.get("vllm_version", "").startswith("kit's")
+    if learnt and version is not None and parse_version(version) is not None:
+        how = "kit's record of the image's probe"
+        values["vllm_version"], sources["vllm_version"] = version, how
+        config = config.replace(vllm_version=version, vllm_version_from=how)
+    return Resolved(config, values, sources, resolved.path)
 
 
 def recorded_version(resolved: Resolved) -> Resolved:
@@ -91,7 +120,7 @@ def recorded_version(resolved: Resolved) -> Resolved:
     return Resolved(applied, values, sources, resolved.path)
 
 
-def apply_layout(resolved: Resolved, model: ModelFacts | None) -> Resolution:
+def apply_layout(resolved: Resolved, model: ModelFacts | None, image: ImageFacts | None = None) -> Resolution:
     """The planner's layout written into the config, so every planner after this one reads
     numbers, and `planned` records it with how it was decided (kit.labels, --dry-run). `kit config
     show` reports model.tp/pp as decided by kit plan when the model's files decided them, and
@@ -107,7 +136,7 @@ def apply_layout(resolved: Resolved, model: ModelFacts | None) -> Resolution:
         values["model.dp"], sources["model.dp"] = layout.dp, SOURCE_DP
     modeled = dataclasses.replace(config.model, tp=layout.tp, pp=layout.pp, dp=layout.dp)
     applied = config.replace(model=modeled, planned=layout)
-    return Resolution(Resolved(applied, values, sources, resolved.path), layout, model)
+    return Resolution(Resolved(applied, values, sources, resolved.path), layout, model, image)
 
 
 def relayout(base: Resolution, overrides: Overrides) -> Resolution:
@@ -116,9 +145,11 @@ def relayout(base: Resolution, overrides: Overrides) -> Resolution:
     values, sources = dict(base.resolved.values), dict(base.resolved.sources)
     for key, (value, source) in overrides.items():
         values[key], sources[key] = coerce(key, value, source), source
-    built = build(values).replace(vllm_version_from=base.config.vllm_version_from)
+    built = build(values).replace(
+        vllm_version_from=base.config.vllm_version_from, image_options=base.config.image_options
+    )
     unresolved = Resolved(built, values, sources, base.resolved.path)
-    return apply_layout(absolutize(unresolved), base.model)
+    return apply_layout(absolutize(unresolved), base.model, base.image)
 
 
 def values_of(config: KitConfig) -> dict[str, Any]:
@@ -220,7 +251,7 @@ def check_plan(resolution: Resolution) -> None:
     """Every host-independent check of the plan, with the model's facts when its files are here."""
     from kit.plan.checks import check_config
 
-    check_config(resolution.config, resolution.resolved.sources, model=resolution.model)
+    check_config(resolution.config, resolution.resolved.sources, model=resolution.model, facts=resolution.image)
 
 
 def check_secret_files(config: KitConfig, sources: Mapping[str, str]) -> None:

@@ -24,6 +24,7 @@ from kit.config import KitConfig
 from kit.errors import ConfigError
 from kit.images.vllm_releases import unknown_warning
 from kit.output import emit, progress, warn
+from kit.plan.image_check import unchecked_warning
 from kit.plan.slurm import SERVER_READY_MARK, check_slurm_config, plan_slurm_files
 from kit.render import shell_words
 
@@ -201,6 +202,8 @@ def _warnings(cache: ModelCache, config: KitConfig) -> list[str]:
             "the API listens on the head's address on the interface set (interface), which the login host may "
             "not reach: set api_listen: all (every interface) if the tunnel cannot connect"
         )
+    if config.image_options is None:  # issue 24: no record of the image's parser here
+        out.append(unchecked_warning(config))
     return out
 
 

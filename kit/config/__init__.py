@@ -182,6 +182,9 @@ class KitConfig:
     planned: Layout | None = None
     # Where kit.cluster.resolve learnt `vllm_version` when the config said auto (kit's image record).
     vllm_version_from: str | None = None
+    # The image's `vllm serve` options, from its recorded facts (kit.images.facts; set by
+    # kit.cluster.resolve): where known, the image's parser decides what kit renders (issue 24).
+    image_options: frozenset[str] | None = None
 
     @property
     def tp(self) -> int:

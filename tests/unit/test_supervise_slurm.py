@@ -133,7 +133,7 @@ def test_every_node_hands_its_serve_script_bundle_and_settings_to_the_supervisor
     for argv, role in zip(boots, roles, strict=True):
         run_dir, serve, packed, settings = argv[2:]
         assert run_dir == RUN_DIR
-        assert serve == serve_script(cfg, role)
+        assert serve == serve_script(cfg, role, precheck=cfg.image_options is None)  # issue 24: no record
         assert base64.b64decode(packed) == bundle.build()
         # timeouts.ready auto: the job's supervisor waits as long as the walltime leaves (issue 28)
         assert json.loads(settings) == plan_supervise(supervised_config(cfg))
