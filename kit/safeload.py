@@ -83,10 +83,10 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def read_text(path: str | Path, *, max_bytes: int = MAX_FILE_BYTES, what: str = "file") -> str:
-    """A regular file's UTF-8 text, at most max_bytes: FIFOs and devices are refused (reading
-    /dev/zero or a pipe would never end), as are other encodings. The file is opened without
-    blocking and checked on that handle, so nothing swapped in after a check is read."""
+def read_bytes(path: str | Path, *, max_bytes: int = MAX_FILE_BYTES, what: str = "file") -> bytes:
+    """A regular file's bytes, at most max_bytes: FIFOs and devices are refused (reading
+    /dev/zero or a pipe would never end). The file is opened without blocking and checked on
+    that handle, so nothing swapped in after a check is read."""
     p = Path(path)
     try:
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
@@ -110,11 +110,17 @@ def read_text(path: str | Path, *, max_bytes: int = MAX_FILE_BYTES, what: str = 
         os.close(fd)
     if len(data) > max_bytes:
         raise ConfigError(f"{what} grew past {max_bytes} bytes while read", source=str(p))
+    return data
+
+
+def read_text(path: str | Path, *, max_bytes: int = MAX_FILE_BYTES, what: str = "file") -> str:
+    """A regular file's UTF-8 text, at most max_bytes (read_bytes), other encodings refused."""
+    data = read_bytes(path, max_bytes=max_bytes, what=what)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise ConfigError(f"{what} is not UTF-8 text", source=f"{p}:{line}", hint="save it as UTF-8") from None
+        raise ConfigError(f"{what} is not UTF-8 text", source=f"{path}:{line}", hint="save it as UTF-8") from None
 
 
 def _read_fd(fd: int, limit: int) -> bytes:

@@ -659,7 +659,10 @@ class SlowNodes:
     name = "docker"
 
     def __init__(self, ready_s: float) -> None:
+        from tests.unit.recorded_parsers import RecordedStore
+
         self.ready_s = ready_s
+        self.images = RecordedStore()  # kit probes the image once before the bring-up (issue 24)
         self.specs: dict[str, Any] = {}
         self.launched: set[str] = set()
         self.waits: list[float] = []
@@ -717,15 +720,18 @@ def test_serve_cluster_stops_waiting_for_health_at_the_deadline(monkeypatch: pyt
     from kit.errors import StartError
     from kit.plan.roles import HEAD
     from tests.conftest import make_config
+    from tests.unit.recorded_parsers import recorded_facts
 
     config = make_config(nodes=1)
-    assert config.timeouts.ready >= 60
+    assert config.timeouts.ready_s >= 60
     runtime = SlowNodes(ready_s=0)
     runtime.start(SimpleNamespace(name="kit-llama-head", role=HEAD))
     monkeypatch.setattr(kit.net.openai, "health", lambda url, timeout=3: False)  # never healthy
     start = time.monotonic()
     with pytest.raises(StartError, match=r"the time budget ran out \d+ s into waiting for http://127\.0\.0\.1:8000"):
-        Cluster.from_config(config, runtime=runtime).serve(deadline=start + 1.0)  # type: ignore[arg-type]
+        Cluster.from_config(config, runtime=runtime, image=recorded_facts(ray="2.60.0")).serve(  # type: ignore[arg-type]
+            deadline=start + 1.0
+        )
     assert time.monotonic() - start < 2.0
 
 
