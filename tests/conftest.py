@@ -9,6 +9,8 @@ Fixtures (request them by name):
 Plain helpers (import them from tests.conftest; they need no fixture):
 - make_config(**overrides): a valid two-node KitConfig, the base of the planner tests
 - run_kit(args): `kit ARGS` in-process through kit.cli.main -> (exit code, stdout, stderr)
+- write_secret(path, text): a secret file (API key, token) as users should keep one, mode 600
+  (kit warns about one others can read)
 - FakeRuntime: kit.runtime.base.Runtime over a fixed list of nodes, exec answered by a function
 - ROOT, GOLDEN, PRODUCT_VERBS, shellcheck_bin()
 """
@@ -131,6 +133,13 @@ def run_kit(args: Sequence[str]) -> tuple[int, str, str]:
         main(list(args))
     code = exc.value.code
     return (code if isinstance(code, int) else 0 if code is None else 1), out.getvalue(), err.getvalue()
+
+
+def write_secret(path: Path, text: str) -> Path:
+    """A secret file of mode 600 (kit warns, one line on stderr, about a key others can read)."""
+    path.write_text(text)
+    path.chmod(0o600)
+    return path
 
 
 @pytest.fixture
