@@ -69,7 +69,7 @@ def golden(request: pytest.FixtureRequest) -> Callable[[str, str], None]:
     def check(name: str, text: str) -> None:
         path = GOLDEN / name
         # The image probe a launcher carries (issue 24) is kit's own code, tested on its own
-        # (tests/unit/test_image_facts.py): goldens show where it goes, not its bytes.
+        # (tests/unit/test_image_facts_record.py): goldens show where it goes, not its bytes.
         from kit.images.facts import packed_probe
 
         text = text.replace(packed_probe(), "<kit image probe: kit/images/vllm_probe.py, gzip+base64>")
