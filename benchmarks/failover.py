@@ -95,8 +95,8 @@ def ttfts(url: str, n: int) -> list[float]:
 
 
 def wait_routed(router: str, count: int, timeout: float = 300) -> None:
-    """Every replica in the router and healthy (one that failed right after its first
-    readmission is restarted and readmitted by its coordinator)."""
+    """Every replica in the router and healthy (were one to fail after its readmission, its
+    coordinator restarts and readmits it)."""
     import requests
 
     end = time.monotonic() + timeout

@@ -55,6 +55,7 @@ PROGRAMS = (
     "supervise/install.py",
     "supervise/stop.py",
     "supervise/boot.py",
+    "images/vllm_probe.py",  # issue 24: the image facts probe, and the launchers' in-container check
 )
 
 

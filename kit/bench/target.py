@@ -26,7 +26,7 @@ def resolve_target(
     config = cluster.config
     base = (url or cluster.url()).rstrip("/")
     key = client.read_key(api_key_file or config.api_key_file)
-    models = client.list_models(base, key)
+    models = client.list_models(base, key, timeout=min(timeout_s, 60.0))
     name = model or (models[0]["id"] if models else config.served_name)
     return Target(base_url=base, model=name, api_key=key, ignore_eos=ignore_eos, timeout_s=timeout_s), key
 

@@ -71,8 +71,10 @@ def ensure_router(
 
 
 def admit(config: KitConfig, router: str, replica: str, on_progress: Callable[[str], None]) -> None:
-    """Put a healthy replica into the router, once it has answered one request (a replica whose
-    /health answers may still fail its first request: measured with vLLM's CPU build)."""
+    """Put a healthy replica into the router, once it has answered one request: /health answers
+    from the API server alone, and an engine that cannot compute (seen with vLLM's CPU build in an
+    image that had not asked the kernel for AMX tile permission: SIGILL on the first request, fixed
+    by containers/cpu/kit_amx.py) must not take the endpoint's traffic."""
     from kit.health import observe
 
     answer = observe.probe(replica, config.served_name, api_key_file=config.api_key_file, deadline_s=60)

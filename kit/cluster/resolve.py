@@ -10,21 +10,24 @@ each of its layouts without reading the files again.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kit import validate
+from kit import safeload, validate
 from kit.config import KitConfig, Resolved, build, coerce, load_config
 from kit.config.schema import SCHEMA
 from kit.errors import ConfigError, KitError
+from kit.images.facts import ImageFacts
 from kit.images.vllm_releases import parse_version
 from kit.layout import Layout
 from kit.plan.layout import ModelFacts, plan_layout
 from kit.plan.node import local_model_dir
+from kit.safe import files as safefile
+from kit.safeload import LooseSecretFile
 
 Overrides = Mapping[str, tuple[Any, str]]  # dotted key -> (value, where it came from)
 
@@ -40,6 +43,7 @@ class Resolution:
     resolved: Resolved
     layout: Layout
     model: ModelFacts | None
+    image: ImageFacts | None = None  # the image's recorded facts (issue 24), None without a record
 
     @property
     def config(self) -> KitConfig:
@@ -63,8 +67,35 @@ def resolve(
 ) -> Resolution:
     """Load the config (layers: defaults < file < KIT_* < overrides), then apply the layout."""
     resolved = recorded_version(absolutize(load_config(config_path, environ=environ, overrides=overrides, cwd=cwd)))
+    image = find_image_facts(resolved.config.image)
     model = read_model_facts(resolved.config)
-    return apply_layout(resolved, model)
+    return apply_layout(with_image(resolved, image), model, image)
+
+
+def find_image_facts(ref: str) -> ImageFacts | None:
+    """The image's recorded facts (kit.cluster.image_facts; an unreadable record counts as none)."""
+    from kit.cluster.image_facts import find_facts
+
+    try:
+        return find_facts(ref)
+    except KitError:
+        return None
+
+
+def with_image(resolved: Resolved, image: ImageFacts | None) -> Resolved:
+    """The image's own facts decide what kit renders (issue 24): its serve options, and with
+    `vllm_version: auto` its vLLM release (over the record's label, build argument or tag)."""
+    if image is None or image.serve is None:
+        return resolved
+    config = resolved.config.replace(image_options=frozenset(image.options()))
+    values, sources = dict(resolved.values), dict(resolved.sources)
+    version = image.vllm_version
+    learnt = resolved.values["vllm_version"] == "auto" or resolved.sources.get("vllm_version", "").startswith("kit's")
+    if learnt and version is not None and parse_version(version) is not None:
+        how = "kit's record of the image's probe"
+        values["vllm_version"], sources["vllm_version"] = version, how
+        config = config.replace(vllm_version=version, vllm_version_from=how)
+    return Resolved(config, values, sources, resolved.path)
 
 
 def recorded_version(resolved: Resolved) -> Resolved:
@@ -91,7 +122,7 @@ def recorded_version(resolved: Resolved) -> Resolved:
     return Resolved(applied, values, sources, resolved.path)
 
 
-def apply_layout(resolved: Resolved, model: ModelFacts | None) -> Resolution:
+def apply_layout(resolved: Resolved, model: ModelFacts | None, image: ImageFacts | None = None) -> Resolution:
     """The planner's layout written into the config, so every planner after this one reads
     numbers, and `planned` records it with how it was decided (kit.labels, --dry-run). `kit config
     show` reports model.tp/pp as decided by kit plan when the model's files decided them, and
@@ -107,7 +138,7 @@ def apply_layout(resolved: Resolved, model: ModelFacts | None) -> Resolution:
         values["model.dp"], sources["model.dp"] = layout.dp, SOURCE_DP
     modeled = dataclasses.replace(config.model, tp=layout.tp, pp=layout.pp, dp=layout.dp)
     applied = config.replace(model=modeled, planned=layout)
-    return Resolution(Resolved(applied, values, sources, resolved.path), layout, model)
+    return Resolution(Resolved(applied, values, sources, resolved.path), layout, model, image)
 
 
 def relayout(base: Resolution, overrides: Overrides) -> Resolution:
@@ -116,9 +147,11 @@ def relayout(base: Resolution, overrides: Overrides) -> Resolution:
     values, sources = dict(base.resolved.values), dict(base.resolved.sources)
     for key, (value, source) in overrides.items():
         values[key], sources[key] = coerce(key, value, source), source
-    built = build(values).replace(vllm_version_from=base.config.vllm_version_from)
+    built = build(values).replace(
+        vllm_version_from=base.config.vllm_version_from, image_options=base.config.image_options
+    )
     unresolved = Resolved(built, values, sources, base.resolved.path)
-    return apply_layout(absolutize(unresolved), base.model)
+    return apply_layout(absolutize(unresolved), base.model, base.image)
 
 
 def values_of(config: KitConfig) -> dict[str, Any]:
@@ -197,8 +230,8 @@ def _raw_facts(path: Path, data: Mapping[str, Any] | None = None) -> ModelFacts 
     """Head counts straight from a config.json kit.sizing refused (or could not read)."""
     if data is None:
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
+            data = safeload.load_json_file(path, what="config.json")
+        except ConfigError:
             return None
     if not isinstance(data, Mapping):
         return None
@@ -220,12 +253,13 @@ def check_plan(resolution: Resolution) -> None:
     """Every host-independent check of the plan, with the model's facts when its files are here."""
     from kit.plan.checks import check_config
 
-    check_config(resolution.config, resolution.resolved.sources, model=resolution.model)
+    check_config(resolution.config, resolution.resolved.sources, model=resolution.model, facts=resolution.image)
 
 
 def check_secret_files(config: KitConfig, sources: Mapping[str, str]) -> None:
     """Secret files must be regular files this user can read (the container runtime reads them
-    as this user: Apptainer binds them, Docker mounts them); kit never reads their content here."""
+    as this user: Apptainer binds them, Docker mounts them); kit never reads their content here.
+    One its group or others can read gets a warning naming the file and the chmod."""
     for key in ("hf_token_file", "api_key_file", "ray_token_file"):
         path = getattr(config, key)
         if not path:
@@ -236,6 +270,9 @@ def check_secret_files(config: KitConfig, sources: Mapping[str, str]) -> None:
             raise ConfigError(
                 exc.message, key=key, source=sources.get(key), hint="create the file (mode 600) or unset the key"
             ) from None
+        loose = safefile.loose_secret_warning(path, key)
+        if loose:
+            warnings.warn(LooseSecretFile(loose), stacklevel=2)
 
 
 def check_mounts(config: KitConfig, sources: Mapping[str, str]) -> None:

@@ -10,6 +10,7 @@ from kit.cluster.resolve import resolve
 from kit.commands._options import cluster_overrides, config_options
 from kit.commands._params import Count, KitCommand
 from kit.errors import ConfigError, StartError
+from kit.output import out
 from kit.plan.scripts import SERVE_LOG
 from kit.runtime import get_runtime
 from kit.runtime.base import ContainerRuntime, NodeHandle
@@ -53,7 +54,7 @@ def command(
     if events_log:  # issue 18: the head's events.jsonl, one line per event
         from kit.cluster.supervision import events_text
 
-        click.echo(events_text(runtime, node, None if tail == "all" else int(tail)), nl=False)
+        out(events_text(runtime, node, None if tail == "all" else int(tail)), nl=False)
         return
     if serve_log:
         argv = ["tail", "-n", "+1" if tail == "all" else str(tail), SERVE_LOG]
@@ -61,21 +62,21 @@ def command(
             _follow_file(runtime, node)
             return
         result = runtime.exec(node, argv)
-        click.echo(result.stdout, nl=False)
+        out(result.stdout, nl=False, raw=True)
         return
     if follow:
         for chunk in runtime.follow_logs(node.name, tail=n_tail):
-            click.echo(chunk, nl=False)
+            out(chunk, nl=False, raw=True)
         return
-    click.echo(runtime.logs(node.name, tail=n_tail), nl=False)
+    out(runtime.logs(node.name, tail=n_tail), nl=False, raw=True)
 
 
 def _follow_file(runtime: ContainerRuntime, node: NodeHandle) -> None:
     """Poll the server log inside the container (works the same for every runtime)."""
     seen = 0
     while True:
-        out = runtime.exec(node, ["tail", "-n", f"+{seen + 1}", SERVE_LOG]).stdout
-        if out:
-            click.echo(out, nl=False)
-            seen += out.count("\n")
+        text = runtime.exec(node, ["tail", "-n", f"+{seen + 1}", SERVE_LOG]).stdout
+        if text:
+            out(text, nl=False, raw=True)
+            seen += text.count("\n")
         time.sleep(1)

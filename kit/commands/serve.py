@@ -164,6 +164,10 @@ def command(
             text=lambda: prefix + dry_run_text(plan),
         )
         return
+    if model_arg is not None:  # issue 28's host-share check first: a clash is refused before any probe runs
+        cluster.plan_node(HEAD)
+    cluster.ensure_image(say)  # issue 24: an image kit never saw is probed now, before anything starts
+    config = cluster.config
     drift = cluster.layout_drift()
     warnings += [drift] if drift else []
 

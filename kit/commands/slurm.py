@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +23,10 @@ from kit.config import KitConfig
 from kit.errors import ConfigError
 from kit.images.vllm_releases import unknown_warning
 from kit.output import emit, progress, warn
+from kit.plan.image_check import unchecked_warning
 from kit.plan.slurm import SERVER_READY_MARK, check_slurm_config, plan_slurm_files
 from kit.render import shell_words
+from kit.safe import files as safefile
 
 FLAG_KEYS = {
     "cluster": "cluster",
@@ -201,6 +202,8 @@ def _warnings(cache: ModelCache, config: KitConfig) -> list[str]:
             "the API listens on the head's address on the interface set (interface), which the login host may "
             "not reach: set api_listen: all (every interface) if the tunnel cannot connect"
         )
+    if config.image_options is None:  # issue 24: no record of the image's parser here
+        out.append(unchecked_warning(config))
     return out
 
 
@@ -222,12 +225,7 @@ def layout_line(resolution: Resolution, cache: ModelCache) -> str:
 
 
 def _write_atomically(path: Path, text: str, *, mode: int = 0o755) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        tmp.write_text(text)
-        tmp.chmod(mode)
-        tmp.replace(path)
+        safefile.write_atomic(path, text, mode=mode)
     except OSError as exc:  # checked above; a full disk or a race still gets one line
         raise ConfigError(f"cannot write {path}: {exc.strerror}", key="--out", hint="write somewhere else") from None
-    finally:
-        tmp.unlink(missing_ok=True)

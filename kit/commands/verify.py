@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -16,6 +15,7 @@ from kit.commands._params import Count, KitCommand, Number, writable
 from kit.errors import ConfigError, UsageError
 from kit.output import emit, progress
 from kit.plan.exposure import exposures
+from kit.safe import files as safefile
 from kit.verify import policy
 from kit.verify.latency import LATENCY_METHODS
 from kit.verify.policy import EXPECTS
@@ -46,7 +46,8 @@ if TYPE_CHECKING:
 @click.option(
     "--image",
     metavar="IMAGE",
-    help="Validate an image only (CI): imports, versions, `vllm serve --help`, RDMA userland, probe files.",
+    help="Validate an image (CI): imports, versions, its `vllm serve` parser, Ray, RDMA userland, probe files; "
+    "with --config, whether that cluster config starts on it (its facts are recorded, as by kit pull).",
 )
 @click.option(
     "--expect",
@@ -159,13 +160,15 @@ def command(
                                     (nodes, GPUs, model, ports from the config; flags override)
     kit verify --host               this machine directly (2 GPUs: under 30 s)
     kit verify --image IMAGE        image only, for CI (with --junit report.xml)
+    kit verify --image IMAGE --config kit.yaml
+                                    will this cluster config start on this image? (parser, Ray, ...)
     kit verify --job-output FILE    the containers of a pyxis/EDF job (the job's output file)
     Exits 7 when a check fails; warnings do not change the exit code.
     """
     from kit.verify import runner
 
-    if (on_host or image) and (cluster or config_path or set_values):
-        raise UsageError("--cluster, --config and --set apply to cluster mode only (no --host/--image)")
+    if on_host and (cluster or config_path or set_values):
+        raise UsageError("--cluster, --config and --set apply to cluster mode and --image only (not --host)")
     if on_host and image:
         raise UsageError("--host and --image exclude each other")
     if nnodes > 1 and not (on_host and head_address):
@@ -191,7 +194,19 @@ def command(
         from kit.verify.image import verify_image
 
         progress(f"verify: probing image {image}", as_json=as_json)
-        result = verify_image(image, docker=docker, gpus=gpus)
+        plan = None
+        if config_path or set_values or cluster:
+            # Issue 24: "will this cluster config start on this image?" The config is resolved once
+            # the image's facts are recorded: the image's own parser shapes the plan.
+            overrides = overrides_from(
+                {"cluster": cluster, "image": image}, {"cluster": "cluster", "image": "image"}, set_values
+            )
+
+            def plan() -> tuple[KitConfig, Mapping[str, str]]:
+                resolution = Cluster.load(config_path, overrides).resolution
+                return resolution.config, resolution.sources
+
+        result = verify_image(image, docker=docker, gpus=gpus, plan=plan)
     elif on_host:
         progress("verify: probing this host", as_json=as_json)
         result = runner.verify_host(
@@ -213,7 +228,12 @@ def command(
         progress(f"verify: probing the nodes of cluster {probed.config.cluster}", as_json=as_json)
         result = verify_cluster(probed, expect, spec, collective=not no_collective)
     if junit_path:
-        Path(junit_path).write_text(junit_xml(result))
+        try:
+            safefile.write_atomic(junit_path, junit_xml(result))
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot write {junit_path}: {exc.strerror}", key="--junit", hint="write somewhere else"
+            ) from None
     if not (as_json and result.status == "fail"):
         # On failure with --json the CLI prints one document: the error with the result inside.
         emit("verify", result.to_dict(), as_json=as_json, text=lambda: render_text(result))

@@ -195,6 +195,9 @@ class KitConfig:
     planned: Layout | None = None
     # Where kit.cluster.resolve learnt `vllm_version` when the config said auto (kit's image record).
     vllm_version_from: str | None = None
+    # The image's `vllm serve` options, from its recorded facts (kit.images.facts; set by
+    # kit.cluster.resolve): where known, the image's parser decides what kit renders (issue 24).
+    image_options: frozenset[str] | None = None
 
     @property
     def tp(self) -> int:
@@ -394,7 +397,7 @@ def find_config_path(explicit: str | None, environ: Mapping[str, str], cwd: Path
     if explicit:
         return Path(explicit)
     if environ.get("KIT_CONFIG"):
-        return Path(environ["KIT_CONFIG"])
+        return Path(environ["KIT_CONFIG"])  # load_config names KIT_CONFIG when it cannot be read
     candidate = cwd / "kit.yaml"
     return candidate if candidate.is_file() else None
 
@@ -413,7 +416,14 @@ def load_config(
     cfg_path = find_config_path(path, environ, cwd or Path.cwd())
     layers: list[dict[str, tuple[Any, str]]] = []
     if cfg_path is not None:
-        text = safeload.read_text(cfg_path, max_bytes=safeload.MAX_YAML_BYTES, what="config file")
+        try:
+            text = safeload.read_text(cfg_path, max_bytes=safeload.MAX_YAML_BYTES, what="config file")
+        except ConfigError as err:
+            if path or not environ.get("KIT_CONFIG"):
+                raise
+            raise ConfigError(
+                err.message, key="KIT_CONFIG", hint="point KIT_CONFIG at a readable kit.yaml, or unset it"
+            ) from None
         layers.append(_flatten_yaml(text, str(cfg_path)))
     layers.append(_from_env(environ))
     layers.append(dict(overrides or {}))

@@ -4,7 +4,7 @@ loads and layers the values; `kit config show` and the README's key list read th
 
 from __future__ import annotations
 
-from kit.images.vllm_releases import ALL2ALL_BACKENDS, DP_LB_MODES
+from kit.images.vllm_releases import DP_LB_MODES
 from kit.validate import Spec
 
 # Names that become parts of container, network and label names (Docker's rule).
@@ -13,6 +13,8 @@ NAME_PATTERN = (r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}", "letters, digits, '.', '_' o
 INTERFACE_PATTERN = (r"auto|[A-Za-z0-9_.@][A-Za-z0-9_.@-]{0,14}", "an interface name like eth0 or ib0, or auto")
 # vllm_version: a release kit.images.vllm_releases renders for, or auto.
 VERSION_PATTERN = (r"auto|v?[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}", "auto or a vLLM release like 0.33.0")
+# model.all2all: a backend name; which ones exist is the image's parser's to say (issue 24).
+ALL2ALL_PATTERN = (r"auto|[a-z][a-z0-9_]{0,63}", "auto or a backend name like deepep_low_latency")
 
 
 def _port(default: int, help: str) -> Spec:
@@ -34,7 +36,9 @@ SCHEMA: dict[str, Spec] = {
     "vllm_version": Spec(
         "str", "auto", "the image's vLLM release X.Y.Z, or auto (kit's record, the tag)", pattern=VERSION_PATTERN
     ),
-    "backend": Spec("choice", "ray", "multi-node backend: Ray, or vLLM's own (mp)", ("ray", "mp")),
+    # mp, vLLM's own multi-node backend, is the default (issue 24): vLLM stopped depending on Ray in
+    # 0.18.0 and its stock images have no `ray` since. Ray needs an image that has it (kit build ray).
+    "backend": Spec("choice", "mp", "multi-node backend: vLLM's own (mp), or Ray (an image with Ray)", ("mp", "ray")),
     "accelerator": Spec("choice", "gpu", "gpu, or cpu (vLLM's CPU build; demo and tests)", ("gpu", "cpu")),
     "nodes": Spec("int", 1, "number of nodes in the cluster", low=1, high=16384),
     "gpus_per_node": Spec("int", 1, "GPUs per node (with accelerator=cpu: engine ranks per node)", low=1, high=1024),
@@ -122,7 +126,9 @@ SCHEMA: dict[str, Spec] = {
     ),
     "model.ep": Spec("bool", False, "expert parallelism for MoE layers (--enable-expert-parallel), over TP×DP GPUs"),
     # vLLM reads --max-model-len -1 as auto: the longest context that fits (human_readable_int_or_auto).
-    "model.all2all": Spec("choice", "auto", "EP all-to-all backend, or auto (vLLM's)", ("auto", *ALL2ALL_BACKENDS)),
+    "model.all2all": Spec(
+        "str", "auto", "EP all-to-all backend (one the image's vLLM accepts), or auto (vLLM's)", pattern=ALL2ALL_PATTERN
+    ),
     "model.api_servers": Spec("int_auto", "auto", "--api-server-count, or auto (vLLM's)", low=1, high=1024),
     "model.dp_lb": Spec(
         "choice",

@@ -10,6 +10,8 @@ from typing import Any
 from urllib.parse import quote
 
 from kit.errors import ServerError
+from kit.net import http
+from kit.safe import text as safetext
 
 TIMEOUT_S = 5.0
 ADD_TIMEOUT_S = 40.0  # the router checks a replica's /health before it adds it (kit.plan.router)
@@ -24,15 +26,11 @@ class RoutedReplica:
 
 
 def _call(method: str, url: str, key: str | None, timeout: float) -> tuple[int, str]:
-    import requests
-
+    """One bounded exchange (kit.net.http): its status and its body as one safe line."""
     headers = {"Authorization": f"Bearer {key}"} if key else {}
-    try:
-        with requests.request(method, url, headers=headers, timeout=timeout, stream=True) as resp:
-            body = resp.raw.read(MAX_BODY + 1, decode_content=True)[:MAX_BODY]
-            return resp.status_code, body.decode("utf-8", "replace")
-    except requests.exceptions.RequestException as exc:
-        raise ServerError(f"cannot reach the router at {url.split('/', 3)[2]}: {type(exc).__name__}") from None
+    limits = http.DEFAULT.but(total_s=timeout, connect_s=min(timeout, 5.0), body_bytes=MAX_BODY)
+    answer = http.request(method, url, headers=headers, limits=limits, proxies=False)
+    return answer.status, answer.body.decode("utf-8", "replace")
 
 
 def answers(router: str) -> bool:
@@ -46,15 +44,10 @@ def answers(router: str) -> bool:
 
 def replicas(router: str, key: str | None) -> list[RoutedReplica]:
     """The replicas the router routes to, with its health view of each."""
-    import json
-
     code, body = _call("GET", f"{router}/workers", key, TIMEOUT_S)
     if code != 200:
-        raise ServerError(f"the router at {router} answered {code} to /workers: {body.strip()[:200]}")
-    try:
-        doc: Any = json.loads(body)
-    except ValueError:
-        raise ServerError(f"the router at {router} answered /workers with no JSON") from None
+        raise ServerError(f"the router at {router} answered {code} to /workers: {safetext.one_line(body, 200)}")
+    doc: Any = http.decode_json(body.encode(), f"{router}/workers")
     out = []
     for item in doc.get("workers", []) if isinstance(doc, dict) else []:
         if isinstance(item, dict) and isinstance(item.get("url"), str):
@@ -72,11 +65,11 @@ def add(router: str, replica: str, key: str | None) -> str:
         return "added"
     if code == 400 and "already exists" in body:
         return "present"
-    raise ServerError(f"the router at {router} did not add {replica}: {code} {body.strip()[:200]}")
+    raise ServerError(f"the router at {router} did not add {replica}: {code} {safetext.one_line(body, 200)}")
 
 
 def remove(router: str, replica: str, key: str | None) -> None:
     """Take a replica out of the router (one it does not have is fine)."""
     code, body = _call("POST", f"{router}/remove_worker?url={quote(replica, safe='')}", key, TIMEOUT_S)
     if code != 200:
-        raise ServerError(f"the router at {router} did not remove {replica}: {code} {body.strip()[:200]}")
+        raise ServerError(f"the router at {router} did not remove {replica}: {code} {safetext.one_line(body, 200)}")

@@ -127,8 +127,8 @@ def node_env(config: KitConfig, role: Role, net: NodeNet) -> dict[str, str]:
         # under ~, and Python's getpass.getuser() (torch's Inductor, Ray) fails without a passwd
         # entry unless USER/LOGNAME name one. Apptainer gives the container the user's own.
         env.update({"HOME": USER_HOME, "USER": "kit", "LOGNAME": "kit"})
-    if config.model.all2all != "auto" and not versions.all2all_by_flag(config.vllm.version):
-        # vLLM < 0.11.1 reads the backend from the environment only (kit.images.vllm_releases).
+    if config.model.all2all != "auto" and not versions.all2all_by_flag(config.vllm.version, config.image_options):
+        # An image without --all2all-backend (vLLM < 0.11.1) reads it from the environment only.
         env[versions.ALL2ALL_ENV] = config.model.all2all
     env.update(config.env)
     return env

@@ -222,15 +222,21 @@ def container_scripts(config: KitConfig) -> dict[str, str]:
     Ray, the entry that runs KIT_RAY_HEAD_NODE_SCRIPT then KIT_HEAD_SERVE_SCRIPT) and, with more
     than one node, KIT_WORKER_SCRIPT."""
     worker = Role("worker", RANK_SENTINEL)
+    # Without a record of the image's parser kit could not check the plan against it: each
+    # container checks first, in seconds, before Ray or vLLM starts (issue 24).
+    check = config.image_options is None
     if config.backend == "ray":
         scripts = {
             "KIT_HEAD_SCRIPT": ray_head_entry(),
-            "KIT_RAY_HEAD_NODE_SCRIPT": node_script(config, HEAD),
-            "KIT_HEAD_SERVE_SCRIPT": serve_script(config, HEAD),
-            "KIT_WORKER_SCRIPT": node_script(config, worker),
+            "KIT_RAY_HEAD_NODE_SCRIPT": node_script(config, HEAD, precheck=check),
+            "KIT_HEAD_SERVE_SCRIPT": serve_script(config, HEAD, precheck=check),
+            "KIT_WORKER_SCRIPT": node_script(config, worker, precheck=check),
         }
     else:  # mp: every node runs `vllm serve` for its rank (head rank 0 without --headless)
-        scripts = {"KIT_HEAD_SCRIPT": serve_script(config, HEAD), "KIT_WORKER_SCRIPT": serve_script(config, worker)}
+        scripts = {
+            "KIT_HEAD_SCRIPT": serve_script(config, HEAD, precheck=check),
+            "KIT_WORKER_SCRIPT": serve_script(config, worker, precheck=check),
+        }
     if config.nodes == 1:
         del scripts["KIT_WORKER_SCRIPT"]
     return scripts

@@ -24,9 +24,9 @@ def vllm_serve_argv(config: KitConfig, role: Role) -> list[Arg]:
     Values a user or the node controls (names, addresses) are attached as `--flag=value`, so one
     that starts with `-` stays a value; kit's own integers keep the `--flag N` form. The API listens
     on the head's node IP (VLLM_HOST_IP), not on every interface (issue 16, closed by default):
-    kit's clients, health checks and tunnels all use that IP; `--host=0.0.0.0` in
-    model.extra_args (argparse keeps the last one) or api_listen: all opens it again (issue 28: a
-    login node that reaches the head by another network than `interface`)."""
+    kit's clients, health checks and tunnels all use that IP; `api_listen: all` opens it (issue 28: a
+    login node that reaches the head by another network than `interface`). model.extra_args may
+    not repeat an option kit writes (kit.plan.image_check, issue 24)."""
     m = config.model
     version = config.vllm.version
     argv: list[Arg] = ["vllm", "serve", positional(m.id, key="model.id")]
@@ -60,7 +60,7 @@ def vllm_serve_argv(config: KitConfig, role: Role) -> list[Arg]:
             argv.append("--headless")
     if m.ep:
         argv.append("--enable-expert-parallel")
-    if m.all2all != "auto" and versions.all2all_by_flag(version):
+    if m.all2all != "auto" and versions.all2all_by_flag(version, config.image_options):
         argv.append(option("--all2all-backend", m.all2all))  # older releases: node_env's variable
     if device_ids_selected(config):
         argv.append(option("--device-ids", ",".join(container_gpu_ids(config))))
@@ -110,12 +110,13 @@ def replica_serve_argv(config: KitConfig, replica: Replica, node: int) -> list[A
 
 def replica_device_ids(config: KitConfig, replica: Replica) -> bool:
     """A replica on part of a node (or on a GPU selection) names its GPUs with --device-ids where
-    the release has it; else the serve script sets CUDA_VISIBLE_DEVICES."""
+    the image's parser (or, without a record, the release) has it; else the serve script sets
+    CUDA_VISIBLE_DEVICES."""
     partial = len(replica.gpus) < config.gpus_per_node
     return (
         config.accelerator == "gpu"
         and (partial or config.gpus != "all")
-        and versions.uses_device_ids(config.vllm.version, config.backend)
+        and versions.uses_device_ids(config.vllm.version, config.backend, config.image_options)
     )
 
 
@@ -142,12 +143,12 @@ def container_gpu_ids(config: KitConfig) -> list[str]:
 
 
 def device_ids_selected(config: KitConfig) -> bool:
-    """The node's selected GPUs go to vLLM as --device-ids (vLLM >= 0.24.0, mp backend) instead of
-    CUDA_VISIBLE_DEVICES (kit.plan.node), numbered as the container sees them (container_gpu_ids)."""
+    """The node's selected GPUs go to vLLM as --device-ids (an image that has it, mp backend) instead of
+    CUDA_VISIBLE_DEVICES (kit.plan.node): the container sees only them, numbered from 0."""
     return (
         config.accelerator == "gpu"
         and config.gpus != "all"
-        and versions.uses_device_ids(config.vllm.version, config.backend)
+        and versions.uses_device_ids(config.vllm.version, config.backend, config.image_options)
     )
 
 

@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kit import proc
+from kit import proc, safeload
 from kit.errors import CommandError, ConfigError, ImageError, KitError, RuntimeUnavailable, StartError
-from kit.images.build import ContextPlan
+from kit.images.build import ContextPlan, definition_build_args, takes_build_args
 from kit.plan.container_args import (
     APPTAINER_ENV_PREFIX,
     SINGULARITY_ENV_PREFIX,
@@ -62,6 +62,8 @@ from kit.runtime.base import (
     PullPlan,
     PullResult,
 )
+from kit.safe import files as safefile
+from kit.safe import text as safetext
 
 BINARIES = ("apptainer", "singularity")  # Apptainer installs `singularity` as an alias
 digest_from = files.digest_from
@@ -186,10 +188,11 @@ class ApptainerRuntime(ContainerRuntime, ImageStore):
 
     def _meta(self, name: str, cluster: str | None = None) -> dict[str, Any]:
         try:
-            data: dict[str, Any] = json.loads((self._cluster_dir(name, cluster) / f"{name}.json").read_text())
-            return data
-        except (OSError, ValueError):
+            path = self._cluster_dir(name, cluster) / f"{name}.json"
+            data = safeload.load_json_file(path, max_bytes=1 << 20, what="instance record")
+        except ConfigError:
             return {}
+        return data if isinstance(data, dict) else {}
 
     # ---- images ---------------------------------------------------------------------------
     def image_path(self, ref: str) -> Path:
@@ -249,11 +252,15 @@ class ApptainerRuntime(ContainerRuntime, ImageStore):
         planned tag, else from the local Docker image (`docker-daemon:TAG`), or from `source`.
         The Docker build's own options (context files, build args) do not apply here."""
         definition = context.files.get(f"kit-{context.name}.def")
-        if source is None:
+        args = ["apptainer", "build", "--force"]
+        if source is None and definition is not None and takes_build_args(definition):
+            # A layer (containers/ray): its definition bootstraps from --base-image (issue 24).
+            source = str(definition)
+            args += definition_build_args(context.buildargs)
+        elif source is None:
             use_def = definition is not None and definition_base(definition) == context.tag
             source = str(definition) if use_def and definition is not None else f"docker-daemon:{context.tag}"
         target = Path(dest).expanduser() if dest else Path(self.settings.image_dir).expanduser() / sif_name(context.tag)
-        args = ["apptainer", "build", "--force"]
         if Path(source).is_file() and os.geteuid() != 0:
             args.append("--fakeroot")  # a definition file build needs root or fakeroot
         return BuildPlan(
@@ -323,6 +330,16 @@ class ApptainerRuntime(ContainerRuntime, ImageStore):
             Progress(f"{path}: {record.size / 1e9:.2f} GB in {record.seconds} s, digest {record.digest or 'unknown'}")
         )
         return record
+
+    def run_probe(self, ref: str, program: str, args: Sequence[str], *, timeout: float = 600) -> ExecResult:
+        """`apptainer exec --containall --no-home IMAGE python3 -c PROGRAM ARGS`: the image file (a
+        SIF path, or the file kit pull made for a reference) as the calling user, as Apptainer
+        runs every container."""
+        path = ref if ref.endswith(".sif") or ref.startswith("/") else str(self.image_path(ref))
+        argv = ["exec", "--containall", "--no-home", path, "python3", "-c", program, *args]
+        shown = [self.binary, *argv[:4], "python3", "-c", "<probe>", *args]
+        result = proc.run(self._argv(["apptainer", *argv]), env=self._env(), check=False, timeout=timeout, shown=shown)
+        return ExecResult(result.returncode, result.stdout, result.stderr)
 
     def remove_image(self, ref: str) -> bool:
         return files.remove_file(self.image_path(ref))
@@ -396,7 +413,7 @@ class ApptainerRuntime(ContainerRuntime, ImageStore):
         directory = self._cluster_dir(spec.name, spec.labels.get("kit.cluster"))
         directory.mkdir(parents=True, exist_ok=True)
         log = directory / f"{spec.name}.log"
-        log.write_text("")
+        os.close(safefile.open_private(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))  # no planted link
         try:
             self._run(
                 to_apptainer_start_argv(spec, spec.image)[1:],
@@ -411,19 +428,14 @@ class ApptainerRuntime(ContainerRuntime, ImageStore):
             ) from None
         if self.state(spec.name) != "running":
             raise StartError(f"instance {spec.name} is not running after `instance start`", hint="see its log")
-        (directory / f"{spec.name}.json").write_text(
-            json.dumps(
-                {
-                    "name": spec.name,
-                    "labels": dict(spec.labels),
-                    "image": spec.image,
-                    "log": str(log),
-                    "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                },
-                indent=2,
-            )
-            + "\n"
-        )
+        meta = {
+            "name": spec.name,
+            "labels": dict(spec.labels),
+            "image": spec.image,
+            "log": str(log),
+            "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        }
+        safefile.write_atomic(directory / f"{spec.name}.json", safetext.to_json(meta) + "\n")
         self._detach(to_apptainer_exec_argv(spec), log, container_env=spec.env)
 
     def _detach(self, argv: Sequence[str], log: Path, *, container_env: Mapping[str, str] | None = None) -> None:

@@ -238,6 +238,15 @@ class ImageStore(abc.ABC):
     def remove_image(self, ref: str) -> bool:
         """Remove the local image (a tag, or a file and its record); False when it was not there."""
 
+    def run_probe(self, ref: str, program: str, args: Sequence[str], *, timeout: float = 600) -> ExecResult:
+        """Run `python3 -c PROGRAM ARGS...` once in a throwaway container of the local image `ref`
+        (no network), as the image's own user; its output and exit code (issue 24: the image
+        facts probe). A store that starts no containers refuses here (the default)."""
+        raise UsageError(
+            f"the {self.name} runtime cannot run a probe in an image",
+            hint="record the image's facts where Docker or Apptainer runs it: `kit verify --image IMAGE`",
+        )
+
 
 # ---- containers ------------------------------------------------------------------------------
 

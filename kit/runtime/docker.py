@@ -11,6 +11,7 @@ The docker CLI (DockerCli) is used only where the user names the binary (`kit ve
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import tempfile
 import time
@@ -463,24 +464,33 @@ class DockerRuntime(ContainerRuntime, ImageStore):
             raise
 
     def run_once(
-        self, image: str, argv: Sequence[str], *, volumes: Mapping[str, str], labels: Mapping[str, str]
+        self, image: str, argv: Sequence[str], *, volumes: Mapping[str, str], labels: Mapping[str, str], **run: Any
     ) -> ExecResult:
-        """Run a throwaway container to completion (e.g. the demo's model generator)."""
+        """A throwaway container run to completion, then removed; `run`: docker-py options, `timeout`."""
         docker = _docker()
         binds = {src: {"bind": dst, "mode": "rw"} for src, dst in volumes.items()}
+        timeout = run.pop("timeout", None)
         try:
             container = self.client.containers.run(
-                image, list(argv), volumes=binds, labels=dict(labels), detach=True, entrypoint=[]
+                image=image, command=list(argv), volumes=binds, labels=dict(labels), detach=True, entrypoint=[], **run
             )
-        except docker.errors.ImageNotFound:
-            raise ImageError(f"image {image} is not on this host", hint="build it with `kit build`") from None
+        except (docker.errors.ImageNotFound, docker.errors.APIError) as exc:
+            raise ImageError(f"cannot run {image}: {_short(exc)}", hint="build or pull it first") from None
         try:
-            code = int(container.wait().get("StatusCode", -1))
+            code = int(container.wait(timeout=timeout).get("StatusCode", -1))
             out = container.logs(stdout=True, stderr=False).decode(errors="replace")
             err = container.logs(stdout=False, stderr=True).decode(errors="replace")
+        except Exception as exc:  # a timeout (requests' ReadTimeout) or a lost engine
+            raise ImageError(f"the container of {image} did not finish: {_short(exc)}") from None
         finally:
-            container.remove(force=True)
+            with contextlib.suppress(docker.errors.APIError):
+                container.remove(force=True)
         return ExecResult(returncode=code, stdout=out, stderr=err)
+
+    def run_probe(self, ref: str, program: str, args: Sequence[str], *, timeout: float = 600) -> ExecResult:
+        """`python3 -c PROGRAM ARGS` without network, as the image's own user (issue 24)."""
+        argv, labels = ["python3", "-c", program, *args], {"kit.managed": "true", "kit.probe": "image-facts"}
+        return self.run_once(ref, argv, volumes={}, labels=labels, network_mode="none", timeout=timeout)
 
     def remove_labelled(self, key: str, value: str) -> list[str]:
         """Remove every kit container labelled key=value (e.g. a SLURM job's); their names."""

@@ -71,7 +71,7 @@ def cluster(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Ite
         url = json.loads(served.stdout)["result"]["url"]
         print(f"\n[replicas] two replicas ready behind {url} in {time.monotonic() - started:.0f} s")
         both_routed(docker_client, name, url)
-        for which in ("head", "worker-1"):  # the record up to here (a replica may have restarted once)
+        for which in ("head", "worker-1"):  # the record up to here
             box = docker_client.containers.get(f"kit-{name}-{which}")
             print(f"[replicas] {which}: {[e.kind for e in rep.replica_events(box)]}")
         yield {"kit": kit, "name": name, "url": url, "root": root, "docker": docker_client}
@@ -110,8 +110,8 @@ def test_tp2_dp2_over_four_nodes_renders_options_the_images_vllm_has(docker_clie
 
 
 def both_routed(docker_client: Any, name: str, url: str, timeout: float = 300) -> None:
-    """Both replicas in the router and healthy (a replica that failed right after its first
-    readmission is restarted and readmitted by its coordinator: wait for it, with the record)."""
+    """Both replicas in the router and healthy (were one to fail after its readmission, its
+    coordinator restarts and readmits it: wait for that, and print the record when it does not come)."""
     import requests
 
     auth = {"Authorization": f"Bearer {KEY}"}

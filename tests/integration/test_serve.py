@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import requests
 
+from tests.conftest import write_secret
 from tests.integration.clusters import listening, make_kit, two_node_mp_env
 
 SECRET_KEY = "sk-kit-test-" + "9c" * 12
@@ -44,9 +45,9 @@ def served(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iter
     kit = make_kit(state, base_env, outputs)
 
     key = root / "api_key"
-    key.write_text(SECRET_KEY + "\n")
+    write_secret(key, SECRET_KEY + "\n")
     token = root / "hf_token"
-    token.write_text(SECRET_TOKEN + "\n")
+    write_secret(token, SECRET_TOKEN + "\n")
     name = f"ks{os.getpid() % 100000}"
     prep = kit("demo", "--prepare-only", "--json")
     assert prep.returncode == 0, prep.stderr
@@ -126,7 +127,7 @@ def test_both_nodes_serve_the_engine(served: dict[str, Any], docker_client: Any)
 
 def test_wrong_api_key_is_a_clear_error(served: dict[str, Any]) -> None:
     wrong = served["root"] / "wrong_key"
-    wrong.write_text("not-the-key")
+    write_secret(wrong, "not-the-key")  # mode 600: no warning line about it
     result = served["kit"]("query", "--api-key-file", str(wrong))
     assert result.returncode == 8, result.stderr
     assert "401 Unauthorized" in result.stderr and "--api-key-file" in result.stderr
@@ -162,10 +163,17 @@ def test_the_api_listens_on_the_head_node_ip_only(served: dict[str, Any], docker
 
 
 def test_engine_crash_fails_serve_fast_with_the_log_tail(served: dict[str, Any]) -> None:
+    # An option the image's vLLM does not have never reaches it (issue 24): one line, exit 3.
+    refused = served["kit"](
+        "serve", "--replace", env={"KIT_MODEL_EXTRA_ARGS": "[--enforce-eager, --no-such-vllm-flag]"}
+    )
+    assert refused.returncode == 3 and "has no option --no-such-vllm-flag" in refused.stderr, refused.stderr
+    # An option it has, with a value the engine fails on at start: vLLM's own complaint.
     start = time.monotonic()
-    result = served["kit"]("serve", "--replace", env={"KIT_MODEL_EXTRA_ARGS": "[--enforce-eager, --no-such-vllm-flag]"})
+    bad = "[--enforce-eager, --tokenizer, /nonexistent/kit-tokenizer]"
+    result = served["kit"]("serve", "--replace", env={"KIT_MODEL_EXTRA_ARGS": bad})
     took = time.monotonic() - start
     assert result.returncode == 6, result.stderr
     assert "vllm serve exited" in result.stderr and "before the server became healthy" in result.stderr
-    assert "--no-such-vllm-flag" in result.stderr  # vLLM's own complaint, from the log tail
+    assert "kit-tokenizer" in result.stderr  # vLLM's own complaint, from the log tail
     assert took < 120, f"serve took {took:.0f} s to notice a crash (deadline 600 s)"

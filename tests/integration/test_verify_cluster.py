@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.clusters import IMAGE, Cli, two_node_ray_env
+from tests.integration.clusters import RAY_IMAGE, Cli, two_node_ray_env
 
 MODEL = "kit-test/tiny"
 MODEL_CONFIG = Path(__file__).parents[1] / "data" / "models" / "qwen2.5-7b" / "config.json"
@@ -160,7 +160,7 @@ def test_verify_catches_a_node_with_another_image(
     # Same base, one layer more (a new digest) and one package at another version: what a node
     # left on an older pull or a hand-patched pip tree looks like (FIELD_NOTES §1 row 7).
     dockerfile = (
-        f"FROM {IMAGE}\n"
+        f"FROM {RAY_IMAGE}\n"
         "RUN sed -i 's/^Version: .*/Version: 1.16.0/' /opt/venv/lib/python3*/site-packages/six-*.dist-info/METADATA\n"
     )
     other = f"kit/vllm-cpu:verify-{test_labels['kit.test-run']}"

@@ -18,7 +18,7 @@ from kit.bench import dataset, metrics, results, schedule
 from kit.bench.metrics import RequestRecord
 from kit.bench.runner import Runner, SSEBuffer, Target
 from kit.errors import ConfigError
-from tests.conftest import FakeRuntime, make_config, run_kit
+from tests.conftest import FakeRuntime, make_config, run_kit, write_secret
 from tests.unit.fake_stream import FakeVLLM, closed_port_url
 
 # ---------------------------------------------------------------- metrics
@@ -249,7 +249,7 @@ def test_cli_bench_saves_and_compares(fake_server: str, tmp_path: Path) -> None:
 
 @pytest.fixture
 def bench_args(tmp_path: Path, kit_state_dir: Path) -> list[str]:
-    (tmp_path / "key").write_text("sk-test\n")
+    write_secret(tmp_path / "key", "sk-test\n")
     return ["bench", "--api-key-file", str(tmp_path / "key"), "-n", "6", "-c", "1", "--output-len", "4"]
 
 
@@ -261,7 +261,7 @@ def test_cli_unreachable_url_is_one_line_exit_8_and_saves_nothing(bench_args: li
 
 
 def test_cli_wrong_key_is_one_line_exit_8(fake_server: str, bench_args: list[str], tmp_path: Path) -> None:
-    (tmp_path / "key").write_text("not-the-key\n")
+    write_secret(tmp_path / "key", "not-the-key\n")
     code, _, err = run_kit([*bench_args, "--url", fake_server, "-o", str(tmp_path / "r.json")])
     assert code == 8 and err.count("\n") == 1 and "answered 401 Unauthorized" in err, err
     assert "--api-key-file" in err and "not-the-key" not in err
@@ -659,7 +659,10 @@ class SlowNodes:
     name = "docker"
 
     def __init__(self, ready_s: float) -> None:
+        from tests.unit.recorded_parsers import RecordedStore
+
         self.ready_s = ready_s
+        self.images = RecordedStore()  # kit probes the image once before the bring-up (issue 24)
         self.specs: dict[str, Any] = {}
         self.launched: set[str] = set()
         self.waits: list[float] = []
@@ -717,6 +720,7 @@ def test_serve_cluster_stops_waiting_for_health_at_the_deadline(monkeypatch: pyt
     from kit.errors import StartError
     from kit.plan.roles import HEAD
     from tests.conftest import make_config
+    from tests.unit.recorded_parsers import recorded_facts
 
     config = make_config(nodes=1)
     assert config.timeouts.ready_s >= 60
@@ -725,7 +729,9 @@ def test_serve_cluster_stops_waiting_for_health_at_the_deadline(monkeypatch: pyt
     monkeypatch.setattr(kit.net.openai, "health", lambda url, timeout=3: False)  # never healthy
     start = time.monotonic()
     with pytest.raises(StartError, match=r"the time budget ran out \d+ s into waiting for http://127\.0\.0\.1:8000"):
-        Cluster.from_config(config, runtime=runtime).serve(deadline=start + 1.0)  # type: ignore[arg-type]
+        Cluster.from_config(config, runtime=runtime, image=recorded_facts(ray="2.60.0")).serve(  # type: ignore[arg-type]
+            deadline=start + 1.0
+        )
     assert time.monotonic() - start < 2.0
 
 
@@ -787,7 +793,7 @@ def test_tune_interrupted_keeps_what_it_measured(
     from kit.cluster import ServeResult
 
     runtime = SlowNodes(ready_s=0)
-    (tmp_path / "key").write_text("sk-test\n")
+    write_secret(tmp_path / "key", "sk-test\n")
     tune_env(
         monkeypatch, tmp_path, runtime, KIT_NODES="1", KIT_GPUS_PER_NODE="1", KIT_API_KEY_FILE=str(tmp_path / "key")
     )

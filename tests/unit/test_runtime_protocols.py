@@ -82,7 +82,7 @@ def test_interfaces_are_the_ones_the_brief_names() -> None:
         "wait_for_mark", "remove_cluster", "ensure_network", "host_nodes",
     }  # fmt: skip
     assert set(interface_members(ImageStore)) == {
-        "image_info", "plan_pull", "pull", "plan_build", "build", "remove_image",
+        "image_info", "plan_pull", "pull", "plan_build", "build", "remove_image", "run_probe",
     }  # fmt: skip
     assert set(interface_members(JobControl)) == {"submit", "status", "cancel"}
 
