@@ -97,12 +97,12 @@ def ttfts(url: str, n: int) -> list[float]:
 def wait_routed(router: str, count: int, timeout: float = 300) -> None:
     """Every replica in the router and healthy (were one to fail after its readmission, its
     coordinator restarts and readmits it)."""
-    import requests
+    from kit.net import router as router_api
 
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        got = requests.get(f"{router}/workers", headers={"Authorization": f"Bearer {KEY}"}, timeout=10).json()
-        if len(got["workers"]) == count and all(w["is_healthy"] for w in got["workers"]):
+        got = router_api.replicas(router, KEY)
+        if len(got) == count and all(w.healthy for w in got):
             return
         time.sleep(2)
     raise RuntimeError(f"not every replica routed and healthy within {timeout} s")

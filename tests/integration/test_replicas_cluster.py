@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import write_secret
 from tests.integration import replicas_support as rep
 from tests.integration import supervise_support as sup
 from tests.integration.clusters import make_kit, two_node_mp_env
@@ -49,9 +50,7 @@ KEY = "kit-replicas-test-key"
 @pytest.fixture(scope="module")
 def cluster(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("replicas")
-    key_file = root / "api_key"
-    key_file.write_text(KEY + "\n")
-    key_file.chmod(0o600)
+    key_file = write_secret(root / "api_key", KEY + "\n")
     base_env: dict[str, str] = {}
     kit = make_kit(root / "state", base_env)
     prep = kit("demo", "--prepare-only", "--json")
@@ -79,47 +78,16 @@ def cluster(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Ite
         kit("down")
 
 
-def test_tp2_dp2_over_four_nodes_renders_options_the_images_vllm_has(docker_client: Any) -> None:
-    """Every option of every node's `vllm serve` for TP=2 × DP=2 over four one-GPU nodes is one
-    the CPU image's own parser lists (`vllm serve --help=all`, vLLM 0.32.0). Serving it needs four
-    container-nodes of vLLM: more than this 2-core machine holds, so it is rendered and checked,
-    not served. (Issue 24's recorded parsers replace this run once they are on main.)"""
-    import re
-
-    from kit.plan.roles import Role
-    from kit.plan.scripts import serve_script
-    from tests.conftest import make_config
-    from tests.integration.clusters import IMAGE
-
-    config = make_config(
-        backend="mp",
-        nodes=4,
-        gpus_per_node=1,
-        image="vllm/vllm-openai:v0.32.0",
-        **{"model.tp": 2, "model.pp": 1, "model.dp": 2, "model.dp_lb": "router", "model.extra_args": []},
-    )
-    flags: set[str] = set()
-    for rank in range(4):
-        text = serve_script(config, Role("head" if rank == 0 else "worker", rank))
-        line = next(ln for ln in text.splitlines() if ln.startswith("exec vllm serve"))
-        flags |= {w.split("=", 1)[0] for w in line.split() if w.startswith("--")}
-    out = docker_client.containers.run(IMAGE, ["vllm", "serve", "--help=all"], remove=True, entrypoint=[])
-    known = set(re.findall(r"(--[a-z0-9][a-z0-9-]*)", out.decode(errors="replace")))
-    assert flags and flags <= known, sorted(flags - known)
-    assert {"--nnodes", "--node-rank", "--master-addr", "--master-port", "--headless"} <= flags
-
-
 def both_routed(docker_client: Any, name: str, url: str, timeout: float = 300) -> None:
     """Both replicas in the router and healthy (were one to fail after its readmission, its
     coordinator restarts and readmits it: wait for that, and print the record when it does not come)."""
-    import requests
+    from kit.net import router as router_api
 
-    auth = {"Authorization": f"Bearer {KEY}"}
     end = time.monotonic() + timeout
     workers: list[Any] = []
     while time.monotonic() < end:
-        workers = requests.get(f"{url}/workers", headers=auth, timeout=10).json()["workers"]
-        if len(workers) == 2 and all(w["is_healthy"] for w in workers):
+        workers = router_api.replicas(url, KEY)
+        if len(workers) == 2 and all(w.healthy for w in workers):
             return
         time.sleep(2)
     for which in ("head", "worker-1"):
@@ -133,15 +101,15 @@ def node(c: dict[str, Any], which: str) -> Any:
 
 
 def test_the_endpoint_balances_over_both_replicas_and_asks_for_the_key(cluster: dict[str, Any]) -> None:
-    import requests
+    from kit.net import http
+    from kit.net import router as router_api
 
     url = cluster["url"]
-    assert requests.get(f"{url}/v1/models", timeout=10).status_code == 401  # the router asks for the key
-    assert requests.post(f"{url}/remove_worker?url=http://x", timeout=10).status_code == 401  # its admin too
-    auth = {"Authorization": f"Bearer {KEY}"}
-    workers = requests.get(f"{url}/workers", headers=auth, timeout=10).json()["workers"]
-    assert sorted(w["url"].rsplit(":", 1)[1] for w in workers) == ["8100", "8100"]
-    assert all(w["is_healthy"] for w in workers)
+    assert http.request("GET", f"{url}/v1/models").status == 401  # the router asks for the key
+    assert http.request("POST", f"{url}/remove_worker?url=http://x").status == 401  # its admin too
+    workers = router_api.replicas(url, KEY)
+    assert sorted(w.url.rsplit(":", 1)[1] for w in workers) == ["8100", "8100"]
+    assert all(w.healthy for w in workers)
     router = cluster["docker"].containers.get(f"kit-{cluster['name']}-router")
     assert KEY not in json.dumps(router.attrs)  # never in its argv, env or mounts
     status = cluster["kit"]("status", "--json")

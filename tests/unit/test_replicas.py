@@ -467,3 +467,20 @@ def test_tp2_dp2_over_four_nodes_is_checked_against_the_recorded_parsers() -> No
     with pytest.raises(ConfigError) as err:
         check_serve_options(config, {}, recorded_facts("0.10.2"))
     assert "0.11.1" in str(err.value) or "--nnodes" in str(err.value)
+
+
+def test_the_router_images_version_is_the_same_everywhere_it_is_written() -> None:
+    """config router.image's default, containers/router/Dockerfile's pin and tests/run.sh's
+    cached-by-tag build step name the same vllm-router release."""
+    import re
+
+    from kit import resources
+    from kit.config import Router
+
+    pinned = re.search(
+        r"^ARG VLLM_ROUTER_VERSION=(\S+)$", (resources.container_dir("router") / "Dockerfile").read_text(), re.M
+    )
+    assert pinned is not None
+    assert Router().image == f"kit/vllm-router:{pinned[1]}"
+    run_sh = (Path(__file__).resolve().parents[1] / "run.sh").read_text()
+    assert f"docker image inspect kit/vllm-router:{pinned[1]} " in run_sh and f"vllm-router=={pinned[1]}" in run_sh
