@@ -99,8 +99,9 @@ def serve_replicas_supervised(
 
 def until_admitted(runtime: Runtime, heads: Sequence[NodeHandle], show: Show, *, poll_s: float = 1.0) -> None:
     """Follow every local replica's coordinator until each has put its replica into the router
-    (its first `readmitted`); StartError when one gives up. A replica that fails its first
-    request (`route-failed`) is restarted by its coordinator and readmitted: waited for."""
+    (its first `readmitted`); StartError when one gives up, or when the router refuses a replica
+    that answers. A replica that does not answer its readmission request (`route-failed`, not
+    refused by the router) is its coordinator's to restart and readmit: waited for."""
     seen = {n.name: 0 for n in heads}
     waiting = {n.name for n in heads}
     while waiting:
@@ -111,7 +112,9 @@ def until_admitted(runtime: Runtime, heads: Sequence[NodeHandle], show: Show, *,
                 show(tagged(node, event))
                 if event.kind == "readmitted":
                     waiting.discard(node.name)
-                elif event.kind in ("given-up", "stopped"):
+                elif event.kind in ("given-up", "stopped") or (
+                    event.kind == "route-failed" and event.data.get("router_refused") is True
+                ):
                     raise StartError(
                         f"supervision of the replica on {node.name} {event.kind}: {event.reason}",
                         details=list(event.details),

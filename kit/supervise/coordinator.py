@@ -302,6 +302,7 @@ class Coordinator:
                 if problem is None or self.state.generation != cause.generation or self.state.phase != "serving":
                     break  # answered, or its failure is being handled (the next `ready` readmits it)
                 time.sleep(READMIT_PAUSE_S)
+            unanswered = problem is not None  # the replica's own failure: its liveness check acts on it
             problem = problem or watch.route(
                 router, action, self.config.api_url, api_key_path=self.config.api_key_path, deadline_s=40.0
             )
@@ -312,7 +313,10 @@ class Coordinator:
                 reason = f"replica {self.config.api_url} {where} the router at {router}"
             else:
                 kind, reason = "route-failed", f"cannot {action} replica {self.config.api_url}: {problem}"
-            event = ev.Event(self.wall(), kind, reason, cause.generation, cause.restarts, data={"took_s": took})
+            data: dict[str, Any] = {"took_s": took}
+            if problem is not None:
+                data["router_refused"] = not unanswered  # kit serve --supervise stops on this one
+            event = ev.Event(self.wall(), kind, reason, cause.generation, cause.restarts, data=data)
             with self.lock:
                 self.routed = action == "add" and problem is None
                 self._record([event])

@@ -484,3 +484,33 @@ def test_the_router_images_version_is_the_same_everywhere_it_is_written() -> Non
     assert Router().image == f"kit/vllm-router:{pinned[1]}"
     run_sh = (Path(__file__).resolve().parents[1] / "run.sh").read_text()
     assert f"docker image inspect kit/vllm-router:{pinned[1]} " in run_sh and f"vllm-router=={pinned[1]}" in run_sh
+
+
+@pytest.mark.parametrize(("refused", "outcome"), [(False, "admitted"), (True, "stopped")])
+def test_kit_serve_supervise_waits_through_an_unanswered_readmission_but_not_a_router_refusal(
+    monkeypatch: pytest.MonkeyPatch, refused: bool, outcome: str
+) -> None:
+    """`route-failed` of a replica that did not answer its request is its coordinator's to handle
+    (liveness restarts it, the next `ready` readmits it): kit serve --supervise waits for that;
+    the router refusing a replica that answers is no failure a restart mends: it stops there."""
+    from kit.cluster import supervised_replicas as sr
+    from kit.errors import StartError
+    from kit.runtime.base import NodeHandle
+    from kit.supervise import events as ev
+
+    script = [
+        ev.Event(1.0, "route-failed", "cannot add replica", 1, 0, data={"took_s": 1.0, "router_refused": refused}),
+        ev.Event(2.0, "ready", "serving again", 2, 1),
+        ev.Event(3.0, "readmitted", "back into the router", 2, 1),
+    ]
+    monkeypatch.setattr(sr.host, "read_events", lambda runtime, node, start: script[start : start + 1])
+    head = NodeHandle("kit-t-head", "t", "head", 0, "running", "10.0.0.10")
+    shown: list[str] = []
+    try:
+        sr.until_admitted(None, [head], lambda e: shown.append(e.kind), poll_s=0)  # type: ignore[arg-type]
+        got = "admitted"
+    except StartError as err:
+        got = "stopped"
+        assert "route-failed" in err.message
+    assert got == outcome
+    assert shown == (["route-failed", "ready", "readmitted"] if not refused else ["route-failed"])
