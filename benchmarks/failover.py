@@ -3,7 +3,7 @@
 
 Topology: two container "nodes" on a private Docker network, vLLM's CPU build, mp backend, the
 tiny random-weight Llama (`kit demo --prepare-only`), `--enforce-eager`, an API key, and
-`kit serve --supervise` (timeouts.liveness 10 s, supervise.backoff 2 s). The load: kit's bench
+`kit serve --supervise` (timeouts.liveness 20 s, supervise.backoff 2 s). The load: kit's bench
 runner with --keep-going (every failure counted and timed), `--rate` requests a second, at most
 4 in flight, streaming 16 tokens each.
 
@@ -49,7 +49,7 @@ from tests.integration.clusters import two_node_mp_env  # noqa: E402
 
 KEY = "kit-failover-benchmark-key"
 SUPERVISE = {
-    "KIT_TIMEOUTS_LIVENESS": "10",
+    "KIT_TIMEOUTS_LIVENESS": "20",  # the first request of a fresh CPU engine took > 5 s under load
     "KIT_TIMEOUTS_JOIN": "240",
     "KIT_SUPERVISE_MAX_RESTARTS": "3",
     "KIT_SUPERVISE_BACKOFF": "2",

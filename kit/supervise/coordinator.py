@@ -315,7 +315,11 @@ class Coordinator:
                 kind, reason = "route-failed", f"cannot {action} replica {self.config.api_url}: {problem}"
             data: dict[str, Any] = {"took_s": took}
             if problem is not None:
-                data["router_refused"] = not unanswered  # kit serve --supervise stops on this one
+                # A refusal kit serve --supervise stops on: the router refused a replica that answered
+                # and still serves the generation it was asked for (a replica restarted meanwhile
+                # fails its /health check at the router: that is its restart's, not the router's).
+                superseded = self.state.generation != cause.generation or self.state.phase != "serving"
+                data["router_refused"] = not unanswered and not superseded
             event = ev.Event(self.wall(), kind, reason, cause.generation, cause.restarts, data=data)
             with self.lock:
                 self.routed = action == "add" and problem is None

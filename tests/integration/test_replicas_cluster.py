@@ -37,7 +37,9 @@ SUPERVISE_ENV = {
     "KIT_MODEL_TP": "1",
     "KIT_MODEL_DP": "2",
     "KIT_MODEL_DP_LB": "router",
-    "KIT_TIMEOUTS_LIVENESS": "10",
+    # 20 s: its one-token probes wait 10 s, the first request of a fresh CPU engine on a loaded
+    # 2-core machine took over 5 s (a false `hung` after `ready` with 10)
+    "KIT_TIMEOUTS_LIVENESS": "20",
     "KIT_TIMEOUTS_JOIN": "240",
     "KIT_SUPERVISE_MAX_RESTARTS": "3",
     "KIT_SUPERVISE_BACKOFF": "2",

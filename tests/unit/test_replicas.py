@@ -514,3 +514,46 @@ def test_kit_serve_supervise_waits_through_an_unanswered_readmission_but_not_a_r
         assert "route-failed" in err.message
     assert got == outcome
     assert shown == (["route-failed", "ready", "readmitted"] if not refused else ["route-failed"])
+
+
+@pytest.mark.parametrize("restarted_meanwhile", [False, True])
+def test_a_router_refusal_counts_only_for_the_generation_still_serving(
+    tmp_path: Path, restarted_meanwhile: bool
+) -> None:
+    """Measured on the CPU engine: a replica restarted while its readmission waited at the router
+    made the router answer 400 (its /health check timed out); that is the restart's doing, and
+    the event says the router did not refuse a serving replica."""
+    import time
+
+    from kit.health.liveness import Probe
+    from kit.supervise import events as ev
+    from kit.supervise.coordinator import Coordinator, CoordinatorConfig
+    from kit.supervise.policy import Settings
+    from tests.conftest import write_secret
+
+    router = _Router(400)
+    key = write_secret(tmp_path / "key", "k3y\n")
+    settings = Settings(("worker-1",), ("0",), 10, 30, 1, 1, 300, 30)
+    config = CoordinatorConfig(
+        str(tmp_path), "127.0.0.1", 0, "t", "http://10.0.0.11:8100", "tiny", str(key), settings, router_url=router.url
+    )
+    holder: list[Coordinator] = []
+
+    def probe(engine: str) -> Probe:
+        if restarted_meanwhile:
+            holder[0].state.generation += 1
+        return Probe(time.monotonic(), engine, None, 0.01)
+
+    observe: Any = lambda: None  # noqa: E731 (never called: no tick runs)
+    coordinator = Coordinator(config, observe=observe, probe=probe, out=lambda _: None)
+    holder.append(coordinator)
+    coordinator.state.phase = "serving"
+    try:
+        coordinator._route("add", ev.Event(time.time(), "ready", "x", coordinator.state.generation, 0))
+        end = time.monotonic() + 10
+        while time.monotonic() < end and _lines(tmp_path / "events.jsonl") < 1:
+            time.sleep(0.05)
+    finally:
+        router.close()
+    (event,) = ev.parse_lines((tmp_path / "events.jsonl").read_text().splitlines())
+    assert event.kind == "route-failed" and event.data["router_refused"] is (not restarted_meanwhile)
