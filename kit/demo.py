@@ -105,7 +105,7 @@ def ensure_cpu_image(
             base_image=base,
             extra_args=None if wheels else {"TORCH_INDEX_URL": TORCH_INDEX},
         )
-        progress(f"building {tag} (vLLM CPU build + Ray; several minutes the first time)", as_json=as_json)
+        progress(f"building {tag} (vLLM CPU build; several minutes the first time)", as_json=as_json)
         build_image(rt, rt.plan_build(plan), as_json=as_json)
     return "built"
 

@@ -27,9 +27,14 @@ ruff check kit tests benchmarks containers
 ruff format --check kit tests benchmarks containers
 mypy
 
+# The unit tier runs on every core (pytest-xdist: its tests share no state); the real tiers
+# below run one test at a time, as their clusters share the machine's cores and subnets.
+step "unit tests"
+start=$SECONDS
+pytest tests/unit -n auto --durations=10
+echo "unit tier: $((SECONDS - start)) s"
 if [ "$tier" = "unit" ]; then
-    step "unit tests"
-    exec pytest tests/unit
+    exit 0
 fi
 
 step "Docker engine"
@@ -65,6 +70,8 @@ step "local registry and SLURM"
 bash tests/infra/registry.sh
 bash tests/infra/slurm.sh
 
-step "tests: unit, integration (real Docker, registry, Ray, vLLM), slurm (real SLURM)"
+step "tests: integration (real Docker, registry, Ray, vLLM), slurm (real SLURM)"
 export KIT_REQUIRE_DOCKER=1 KIT_REQUIRE_SLURM=1
-pytest tests --ignore=tests/gpu "${@:2}"
+start=$SECONDS
+pytest tests/integration tests/slurm --durations=30 "${@:2}"
+echo "integration and slurm tiers: $((SECONDS - start)) s"

@@ -20,6 +20,7 @@ from kit.commands._options import cluster_overrides, config_options, json_option
 from kit.commands._params import KitCommand, Number
 from kit.config import KitConfig
 from kit.errors import ConfigError, VerifyFailed
+from kit.models import local
 from kit.models.fetch import (
     SHA_RE,
     DiskLayout,
@@ -40,7 +41,6 @@ from kit.models.records import models_file, record_model
 from kit.output import LiveLine, bar, emit, human_bytes, table
 from kit.safe import files as safefile
 from kit.safe import text as safetext
-from kit.safeload import read_secret
 
 HELP = """Download a model once into the shared HF cache (or --local-dir) and check it is complete.
 
@@ -127,7 +127,7 @@ def read_token(config: KitConfig, sources: Mapping[str, str]) -> str | None:
     from everything kit prints from then on."""
     if not config.hf_token_file:
         return None
-    return read_secret(config.hf_token_file, key="hf_token_file", source=sources.get("hf_token_file"))
+    return local.read_token(config.hf_token_file, sources.get("hf_token_file"))
 
 
 def fetch_model(

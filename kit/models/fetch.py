@@ -313,7 +313,8 @@ def find_snapshot(hub_dir: str | Path, repo: str, revision: str = "main") -> Pat
     """The cache snapshot of repo@revision: a commit's folder, the one refs/REVISION names (kit
     writes it only once complete; huggingface_hub and vLLM at start), else the one kit's latest
     manifest for that revision names (a fetch that has not finished: the check says what is
-    missing). None when there is none."""
+    missing). None when there is none: vLLM offline would not find one no ref names either.
+    kit.models.local.find_model_dir reads the same one (issue 26)."""
     repo_dir = Path(hub_dir) / repo_folder(repo)
     if SHA_RE.fullmatch(revision):
         return repo_dir / "snapshots" / revision

@@ -35,6 +35,7 @@ Modules, in dependency order (each imports only those above it):
 
 from __future__ import annotations
 
+from kit.models.local import find_model_dir, load_checkpoint_size, load_model_config
 from kit.sizing.architecture import (
     FULL,
     LINEAR,
@@ -60,7 +61,6 @@ from kit.sizing.gpus import (
     gpu_memory_bytes,
     parse_size,
 )
-from kit.sizing.hub import find_model_dir, load_checkpoint_size, load_model_config
 from kit.sizing.kv import KVEstimate, LayerKV, kv_bytes_per_token
 from kit.sizing.layouts import LayoutFit, layout_candidates, pick_layout
 from kit.sizing.limits import MAX_LAYERS, MAX_POSITIONS

@@ -23,7 +23,7 @@ from kit.plan.roles import HEAD, Role
 from kit.plan.slurm import enroot_specs, job_var, plan_launcher, runtime_word
 from kit.plan.slurm_enroot import enroot_steps, plan_edfs
 from kit.render import shell_quote
-from tests.conftest import make_config, run_kit, shellcheck_bin
+from tests.conftest import make_config, run_kit, shellcheck_text
 from tests.unit.shellstubs import HOST_STUBS
 
 NET = NodeNet("10.0.0.2", "ib0", "10.0.0.1")
@@ -120,10 +120,7 @@ def test_launchers_make_the_folder_and_key_the_subfolder_by_slurm_nodeid(runtime
     cfg = slurm(runtime)
     text = plan_launcher(cfg)  # type: ignore[arg-type]
     assert f"mkdir -p {shell_quote('/scratch/cc')} ||" in text
-    path = tmp_path / "launcher.sh"
-    path.write_text(text)
-    check = subprocess.run([shellcheck_bin(), "-s", "bash", str(path)], capture_output=True, text=True)
-    assert check.returncode == 0, check.stdout
+    shellcheck_text(text)
     rank = job_var("KIT_NODE_RANK")
     if runtime in ("docker", "apptainer"):
         prefix = "--env=" if runtime == "docker" else "APPTAINERENV_"

@@ -25,7 +25,7 @@ from kit.plan.scripts import serve_script
 from kit.plan.slurm import container_scripts, plan_launcher
 from kit.plan.vllm import vllm_serve_argv
 from kit.runtime.base import ExecResult, NodeHandle
-from tests.conftest import FakeRuntime, make_config, run_kit, shellcheck_bin
+from tests.conftest import FakeRuntime, make_config, run_kit, shellcheck_text
 from tests.unit.recorded_parsers import recorded_facts
 from tests.unit.shellstubs import HOST_STUBS
 
@@ -60,10 +60,7 @@ def dp_config(nodes: int, backend: str, ep: bool, **overrides: object) -> object
 
 
 def shellcheck(tmp_path: Path, text: str) -> None:
-    path = tmp_path / "script.sh"
-    path.write_text(text)
-    result = subprocess.run([shellcheck_bin(), "-s", "bash", str(path)], capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout
+    shellcheck_text(text)
 
 
 # ---- config ---------------------------------------------------------------------------------

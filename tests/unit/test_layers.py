@@ -219,3 +219,36 @@ def test_test_modules_have_unique_basenames() -> None:
     for path in sorted((ROOT / "tests").rglob("test_*.py")):
         assert path.name not in seen, f"{path} and {seen[path.name]} share a basename"
         seen[path.name] = path
+
+
+IO_MODULES = {"subprocess", "socket", "urllib", "http", "shutil", "time", "kit.proc", "kit.net", "kit.runtime"}
+IO_CALLS = {"open", "read_text", "write_text", "read_bytes", "write_bytes", "mkdir", "unlink", "iterdir"}
+IO_CALLS |= {"exists", "is_file", "is_dir", "stat", "glob", "rglob", "environ", "getenv", "home"}
+
+
+def plan_io(path: Path, root: Path = ROOT) -> list[str]:
+    """What in a kit/plan module would touch the world: an I/O module imported, a file or
+    environment read."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            found += [f"imports {n}" for n in names if n.split(".")[0] in IO_MODULES or n in IO_MODULES]
+        elif isinstance(node, ast.Attribute) and node.attr in IO_CALLS:
+            found.append(f".{node.attr}")
+        elif isinstance(node, ast.Name) and node.id in IO_CALLS:
+            found.append(node.id)
+    return [f"{path.relative_to(root)}:{item}" for item in found]
+
+
+def test_plan_does_no_io() -> None:
+    """docs/architecture.md: the plan is pure (no I/O, no subprocess, no clock): what it needs of
+    the world, the cluster layer reads and passes in as values."""
+    found = [item for path in sorted((KIT / "plan").rglob("*.py")) for item in plan_io(path)]
+    assert found == []
+
+
+def test_the_plan_io_reader_sees_io(tmp_path: Path) -> None:
+    sample = tmp_path / "x.py"
+    sample.write_text("import subprocess\nimport os\nx = os.environ['A']\nopen('f')\n")
+    assert plan_io(sample, tmp_path) == ["x.py:imports subprocess", "x.py:.environ", "x.py:open"]

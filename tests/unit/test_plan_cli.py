@@ -444,3 +444,14 @@ def test_fetch_unknown_model_and_bad_ids(hub: FakeHub) -> None:
     code, _, err = run_kit(["plan", "org/a?b=c", "--fetch"])
     assert code == ExitCode.CONFIG and "is not a Hub model id" in one_error_line(err)
     assert hub.auth == [None]  # only the first reached the hub
+
+
+def test_fetch_takes_the_hub_ids_kit_fetch_takes(hub: FakeHub) -> None:
+    """One Hub-id grammar for `kit plan --fetch` and `kit fetch` (issue 26): a model without an
+    organisation (gpt2) passes both; `org--x` fails both."""
+    hub.serve("gpt2")
+    code, out, err = run_kit(["plan", "gpt2", "--fetch"])
+    assert code == ExitCode.OK, err
+    assert "kit plan: gpt2 (qwen2)" in out
+    code, _, err = run_kit(["plan", "org--x/y", "--fetch"])
+    assert code == ExitCode.CONFIG and "is not a Hub model id" in one_error_line(err)

@@ -46,7 +46,7 @@ from kit.plan.node import LOCAL_MODEL_PREFIXES, plan_node
 from kit.plan.roles import HEAD, Role
 from kit.plan.scripts import serve_script
 from kit.plan.slurm import plan_launcher, plan_slurm_files, sbatch_line
-from tests.conftest import make_config, shellcheck_bin
+from tests.conftest import make_config, shellcheck_text
 from tests.unit.shellstubs import Stubs, calls, make_stubs
 
 EXAMPLES = int(os.environ.get("KIT_PROPERTY_EXAMPLES", "8"))
@@ -251,8 +251,7 @@ def bash_n(text: str) -> None:
 
 
 def shellcheck(text: str) -> None:
-    result = subprocess.run([shellcheck_bin(), "-s", "bash", "-"], input=text, capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout
+    shellcheck_text(text)
 
 
 def run(text: str, ex: Example, stubs: Stubs, *args: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -835,15 +835,15 @@ def test_load_local_directory_and_index_size(tmp_path: Path) -> None:
 
 def test_load_hf_cache_snapshot_and_folds_quant_files(tmp_path: Path) -> None:
     repo = tmp_path / "models--org--name"
-    old = repo / "snapshots" / "aaa"
-    new = repo / "snapshots" / "bbb"
+    old = repo / "snapshots" / ("a" * 40)  # commit shas, as huggingface_hub names them
+    new = repo / "snapshots" / ("b" * 40)
     for d in (old, new):
         d.mkdir(parents=True)
         (d / "config.json").write_text(json.dumps(tiny()))
     (new / "quantize_config.json").write_text(json.dumps({"bits": 4, "group_size": 128}))
     (new / "model.safetensors").write_bytes(b"x" * 10)
     (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text("bbb\n")
+    (repo / "refs" / "main").write_text("b" * 40 + "\n")
     config = sizing.load_model_config("org/name", str(tmp_path))
     assert config["quantization_config"]["quant_method"] == "gptq"
     assert sizing.load_checkpoint_size("org/name", str(tmp_path)) == 10
@@ -926,3 +926,47 @@ def test_odd_checkpoint_index_gives_no_size(tmp_path: Path, index: str) -> None:
     (tmp_path / "config.json").write_text(json.dumps(tiny()))
     (tmp_path / "model.safetensors.index.json").write_text(index)
     assert sizing.load_checkpoint_size(str(tmp_path)) is None
+
+
+def _snapshot(hub_dir: Path, repo: str, sha: str, mtime: float) -> Path:
+    import os
+
+    snap = hub_dir / ("models--" + repo.replace("/", "--")) / "snapshots" / sha
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps({"model_type": "llama", "marker": sha}))
+    os.utime(snap / "config.json", (mtime, mtime))
+    return snap
+
+
+def test_sizing_reads_the_snapshot_kit_fetch_checks(tmp_path: Path) -> None:
+    """One snapshot finder (issue 26): the layout (kit.sizing) and the offline decision
+    (kit.models.fetch.find_snapshot) read the same snapshot, whichever way the cache names it."""
+    from kit.models.fetch import Manifest, find_snapshot
+
+    hub_dir = tmp_path / "hub"
+    old = _snapshot(hub_dir, "org/m", "a" * 40, mtime=1_000)
+    _snapshot(hub_dir, "org/m", "b" * 40, mtime=2_000)  # newer, but nothing names it
+    # kit's manifest of a fetch in progress names the older one: both pick it.
+    manifest = Manifest("org/m", "main", "a" * 40, "https://huggingface.co", (), None, ())
+    (hub_dir / "models--org--m" / "kit").mkdir()
+    (hub_dir / "models--org--m" / "kit" / f"{'a' * 40}.json").write_text(json.dumps(manifest.to_dict()))
+    assert find_snapshot(hub_dir, "org/m") == old
+    assert sizing.find_model_dir("org/m", str(hub_dir)) == old
+    # refs/main (huggingface_hub, vLLM, kit once complete) wins over the manifest.
+    (hub_dir / "models--org--m" / "refs").mkdir()
+    (hub_dir / "models--org--m" / "refs" / "main").write_text("b" * 40)
+    assert find_snapshot(hub_dir, "org/m") == sizing.find_model_dir("org/m", str(hub_dir)) == old.parent / ("b" * 40)
+
+
+def test_a_cache_without_refs_sizes_its_only_snapshot_and_never_guesses(tmp_path: Path) -> None:
+    """No ref and no manifest: vLLM offline would not find the snapshot (find_snapshot: None, the
+    offline decision says so), sizing may still read the only one; of two it picks neither, where
+    it once took the newest by mtime."""
+    from kit.models.fetch import find_snapshot
+
+    hub_dir = tmp_path / "hub"
+    only = _snapshot(hub_dir, "org/m", "c" * 40, mtime=1_000)
+    assert find_snapshot(hub_dir, "org/m") is None
+    assert sizing.find_model_dir("org/m", str(hub_dir)) == only
+    _snapshot(hub_dir, "org/m", "d" * 40, mtime=2_000)
+    assert sizing.find_model_dir("org/m", str(hub_dir)) is None

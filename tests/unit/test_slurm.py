@@ -28,7 +28,7 @@ from kit.plan.slurm import (
     walltime_seconds,
 )
 from kit.render import shell_quote
-from tests.conftest import ROOT, make_config, shellcheck_bin
+from tests.conftest import ROOT, make_config, shellcheck_text
 from tests.unit.shellstubs import HOST_STUBS
 
 DEPLOY = ROOT / "deploy" / "slurm"
@@ -51,11 +51,8 @@ def slurm_config(runtime: str, backend: str, **overrides: object) -> object:
 
 
 def shellcheck(tmp_path: Path, name: str, text: str) -> None:
-    path = tmp_path / name
-    path.write_text(text)
-    result = subprocess.run([shellcheck_bin(), "-s", "bash", str(path)], capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout
-    assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0
+    shellcheck_text(text)
+    assert subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True).returncode == 0, name
 
 
 @pytest.mark.parametrize(("runtime", "backend"), VARIANTS)

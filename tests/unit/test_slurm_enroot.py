@@ -26,7 +26,7 @@ from kit.plan.slurm import SLURM_NET, enroot_specs, plan_launcher, plan_slurm_fi
 from kit.plan.slurm_enroot import node_entry, split_env
 from kit.render.toml import to_toml
 from tests import pyxis_fake
-from tests.conftest import ROOT, make_config, shellcheck_bin
+from tests.conftest import ROOT, make_config, shellcheck_text
 
 DEPLOY = ROOT / "deploy" / "slurm"
 EDF_PATHS = {"head": "kit-llama.head.toml", "worker": "kit-llama.worker.toml"}
@@ -50,11 +50,8 @@ def enroot_config(runtime: str, backend: str, **overrides: object) -> object:
 
 
 def shellcheck(tmp_path: Path, name: str, text: str) -> None:
-    path = tmp_path / name
-    path.write_text(text)
-    result = subprocess.run([shellcheck_bin(), "-s", "bash", str(path)], capture_output=True, text=True)
-    assert result.returncode == 0, result.stdout
-    assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0
+    shellcheck_text(text)
+    assert subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True).returncode == 0, name
 
 
 @pytest.mark.parametrize(("runtime", "backend"), [(rt, be) for rt in ("pyxis", "edf") for be in ("mp", "ray")])

@@ -27,7 +27,7 @@ from kit.plan.slurm_supervise import entry_script
 from kit.plan.supervise import RUN_DIR, plan_supervise
 from kit.resources import program_source
 from kit.supervise import bundle
-from tests.conftest import make_config, shellcheck_bin
+from tests.conftest import make_config, shellcheck_text
 from tests.unit.shellstubs import calls, make_stubs
 
 BUNDLE_LINE = re.compile(r"^export KIT_SUPERVISE_BUNDLE=[A-Za-z0-9+/=]+$", re.MULTILINE)
@@ -59,10 +59,20 @@ def test_supervised_launcher_golden(runtime: str, backend: str, golden: Callable
 @pytest.mark.parametrize("requeue", [False, True])
 def test_supervised_launchers_pass_shellcheck(runtime: str, backend: str, requeue: bool) -> None:
     text = plan_launcher(supervised(runtime, backend, **{"slurm.requeue": requeue}))
-    for piece in (text, entry_script()):
-        done = subprocess.run([shellcheck_bin(), "-s", "bash", "-"], input=piece, capture_output=True, text=True)
-        assert done.returncode == 0, done.stdout
+    shellcheck_text(text)
     assert ("#SBATCH --requeue" in text) == requeue and ("scontrol requeue" in text) == requeue
+
+
+def test_the_entry_script_passes_shellcheck() -> None:
+    shellcheck_text(entry_script())
+
+
+def test_shellcheck_text_still_sees_the_launcher_around_the_bundle() -> None:
+    """The shortened bundle word leaves every other line to shellcheck: a fault beside it fails."""
+    text = plan_launcher(supervised("docker", "mp"))
+    assert BUNDLE_LINE.search(text)
+    with pytest.raises(AssertionError, match="SC2086"):
+        shellcheck_text(text + "\necho $UNQUOTED_VAR\n")
 
 
 def test_without_supervise_the_launcher_has_none_of_it() -> None:

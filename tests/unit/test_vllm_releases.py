@@ -6,7 +6,6 @@ checked here against the parsers recorded from the real releases (tests/fixtures
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ from kit.plan.roles import HEAD, Role
 from kit.plan.scripts import serve_script
 from kit.plan.vllm import vllm_serve_argv
 from kit.render import shell_words
-from tests.conftest import make_config, run_kit, shellcheck_bin
+from tests.conftest import make_config, run_kit, shellcheck_text
 from tests.unit.recorded_parsers import RELEASES, recorded_facts
 
 WORKER = Role("worker", 1)
@@ -161,8 +160,7 @@ def test_hybrid_load_balancing_gives_every_node_an_api_server() -> None:
     assert any(m.target.endswith("api_key") for m in node_mounts(config, WORKER))
     assert "VLLM_API_KEY" in serve_script(config, WORKER)
     for role in (HEAD, WORKER):
-        run = subprocess.run([shellcheck_bin(), "-"], input=serve_script(config, role), capture_output=True, text=True)
-        assert run.returncode == 0, run.stdout
+        shellcheck_text(serve_script(config, role), shell=None)
     internal = dp_ep("0.33.0", **{"api_key_file": "/etc/kit/api_key"})
     assert "--headless" in words(internal, WORKER)
     assert not any(m.target.endswith("api_key") for m in node_mounts(internal, WORKER))

@@ -1,6 +1,11 @@
-"""Hub I/O, the only part of kit.sizing that touches the filesystem or the network: find a model's
-directory (a path or an HF-cache snapshot), read its config.json and checkpoint index, and fetch
-config.json from the Hugging Face Hub when asked (`kit plan --fetch`).
+"""A model's files as sizing reads them: find its directory (a path or an HF-cache snapshot), read
+its config.json and checkpoint index, and fetch config.json from the Hugging Face Hub when asked
+(`kit plan --fetch`).
+
+One of each with `kit fetch` (issue 26): the snapshot is the one kit.models.fetch.find_snapshot
+picks (refs/main, else kit's manifest), so the layout and the offline decision read the same
+files; a Hub id is checked by kit.models.fetch.check_repo_id; the endpoint is
+kit.models.hub.endpoint_from_env; the token is read by `read_token` here, for both verbs.
 
 Every file is read through kit.safeload (regular files only, a size cap, UTF-8, a nesting limit):
 a FIFO or /dev/zero given as a model, a 100,000-deep config.json or one that is not UTF-8 is one
@@ -12,21 +17,19 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kit import safeload
 from kit.errors import ConfigError
+from kit.models.fetch import REPO_ID_RE, check_repo_id, find_snapshot, repo_folder
+from kit.models.hub import endpoint_from_env
 
 MAX_JSON_BYTES = 64 * 1024 * 1024  # model.safetensors.index.json of a 1T model is ~10 MB
-MAX_TOKEN_BYTES = 4096  # an HF token is ~40 characters
-_REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
-_COMMIT = re.compile(r"[0-9a-fA-F]{7,64}")
 
 
-def _hf_cache_dirs(hf_cache: str | None) -> list[Path]:
+def hf_cache_dirs(hf_cache: str | None) -> list[Path]:
     if hf_cache:
         return [Path(hf_cache).expanduser()]
     dirs = []
@@ -48,39 +51,32 @@ def _holds(check: Callable[[], bool]) -> bool:
 
 
 def find_model_dir(model: str, hf_cache: str | None = None) -> Path | None:
-    """A local directory with config.json, or the newest HF-cache snapshot of `org/name`."""
+    """A local directory with config.json, or the HF-cache snapshot of a Hub id that
+    kit.models.fetch.find_snapshot picks for revision main (the one `kit fetch --check` and the
+    offline decision read), else the cache's only snapshot."""
     path = Path(model).expanduser()
     if _holds((path / "config.json").is_file):
         return path
-    if "/" not in model or _holds(path.exists):
+    if not REPO_ID_RE.fullmatch(model) or "--" in model or ".." in model or _holds(path.exists):
         return None
-    repo_dir = "models--" + model.strip("/").replace("/", "--")
-    for cache in _hf_cache_dirs(hf_cache):
-        root = cache / repo_dir
-        snapshots = root / "snapshots"
+    for cache in hf_cache_dirs(hf_cache):
         try:
-            if not snapshots.is_dir():
-                continue
-            ref = _pinned_commit(root / "refs" / "main")
-            if ref is not None and _holds((snapshots / ref / "config.json").is_file):
-                return snapshots / ref
-            candidates = [d for d in snapshots.iterdir() if _holds((d / "config.json").is_file)]
-            if candidates:
-                return max(candidates, key=lambda d: (d / "config.json").stat().st_mtime)
+            snap = find_snapshot(cache, model) or _only_snapshot(cache / repo_folder(model) / "snapshots")
         except OSError:
             continue  # an unreadable cache entry is not this model's
+        if snap is not None and _holds((snap / "config.json").is_file):
+            return snap
     return None
 
 
-def _pinned_commit(ref: Path) -> str | None:
-    """The commit refs/main names, if it is a readable regular file holding a commit hash."""
-    if not _holds(ref.is_file):
+def _only_snapshot(snapshots: Path) -> Path | None:
+    """The one snapshot of a cache whose refs name none (copied by hand, or a download cut short):
+    sizing may read it, though vLLM offline would not find it (the offline decision says so).
+    With several and nothing to say which, none: kit never guesses by age."""
+    if not _holds(snapshots.is_dir):
         return None
-    try:
-        text = safeload.read_text(ref, max_bytes=256, what="refs/main").strip()
-    except ConfigError:
-        return None
-    return text if _COMMIT.fullmatch(text) else None
+    found = [d for d in snapshots.iterdir() if _holds(d.is_dir)]
+    return found[0] if len(found) == 1 else None
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -117,9 +113,9 @@ def load_model_config(
             hint="pass the model's directory (the one holding config.json) or its Hub id org/name",
         )
     if directory is None:
-        if fetch and "/" in model and not _holds(path.exists):
+        if fetch and not _holds(path.exists):
             return _fetch_config(model, read_token(token_file) if token_file else None)
-        where = ", ".join(str(d) for d in _hf_cache_dirs(hf_cache))
+        where = ", ".join(str(d) for d in hf_cache_dirs(hf_cache))
         raise ConfigError(
             f"no config.json for {model!r} (looked in the directory and in {where})",
             key="model",
@@ -157,24 +153,21 @@ def load_checkpoint_size(model: str, hf_cache: str | None = None) -> int | None:
     return single.stat().st_size if _holds(single.is_file) else None
 
 
-def read_token(token_file: str) -> str:
+def read_token(token_file: str, source: str | None = None) -> str:
     """The Hugging Face token in `token_file` (hf_token_file): one word, never echoed back
-    (kit.safeload.read_secret: redacted from all output from then on)."""
-    return safeload.read_secret(token_file, key="hf_token_file", source=token_file)
+    (kit.safeload.read_secret: redacted from all output from then on). `source` says where the
+    setting came from (kit.yaml, KIT_HF_TOKEN_FILE) for the error line."""
+    return safeload.read_secret(token_file, key="hf_token_file", source=source or token_file)
 
 
 def _fetch_config(model: str, token: str | None) -> dict[str, Any]:
     """config.json (and a ModelOpt hf_quant_config.json) of `org/name` from the Hub, read bounded."""
-    if not _REPO_ID.fullmatch(model) or ".." in model:
-        raise ConfigError(
-            f"{model!r} is not a Hub model id", key="model", hint="use org/name, e.g. meta-llama/Llama-3.1-8B"
-        )
+    check_repo_id(model, source="model")
     from kit.net import http  # only when the user asked to go online
     from kit.safe import text as safetext
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-    safetext.register_url(endpoint)
+    endpoint = endpoint_from_env()
     limits = http.DEFAULT.but(total_s=30.0, body_bytes=MAX_JSON_BYTES)
     config: dict[str, Any] | None = None
     for name in ("config.json", "hf_quant_config.json"):
