@@ -1,5 +1,5 @@
 """The metric and label names a PromQL expression uses, for checking deploy/grafana's dashboard
-against a real scrape (tests/unit/test_grafana.py, tests/integration/test_metrics_cluster.py).
+against a real scrape (tests/unit/test_grafana.py, tests/integration/test_dp_cluster.py).
 
 Not a PromQL parser: enough of the grammar for the expressions a dashboard holds (functions,
 aggregations with by/without, binary operators, label matchers, ranges, Grafana variables)."""

@@ -1,9 +1,17 @@
 """Real data parallelism without GPUs (issue 10): two container "nodes", vLLM's CPU build,
 DP=2 with one rank per node (TP=1), the head's API answering, and both DP ranks doing work
 (vLLM's per-engine metrics and each node's engine log); `kit status` sees each node's rank, and
-a dead rank. EP: refused before anything starts for the dense tiny model (no experts); with a
-tiny MoE, DP=2 + EP reaches vLLM on both nodes and the server gets healthy, but vLLM's CPU
-build refuses the EP dispatch at the first request (its exact NotImplementedError is asserted)."""
+a dead rank. Metrics and liveness on the same cluster (issue 18): kit/health/observe.py scrapes the
+head and both engines appear with their tokens; `kit metrics --json` reports both; the file_sd
+target kit writes serves the metrics and the headless worker serves none; every metric of
+deploy/grafana's dashboard exists in the live scrape; a one-token probe pinned to an engine
+reaches that engine; an engine stopped while idle (frozen gauges, /health 200) is judged hung by
+its pinned probe. EP: refused before anything starts for the dense tiny model (no experts); with
+a tiny MoE, DP=2 + EP reaches vLLM on both nodes and the server gets healthy, but vLLM's CPU
+build refuses the EP dispatch at the first request (its exact NotImplementedError is asserted).
+
+One DP=2 cluster for the module (the metrics tests once brought up an identical one of their own,
+issue 26); the tests run in file order, those that break serving last."""
 
 from __future__ import annotations
 
@@ -19,11 +27,15 @@ from typing import Any
 import pytest
 import requests
 
+from kit.health import liveness, observe
+from kit.health import prometheus as metrics
+from tests import promql
 from tests.integration.clusters import make_kit, two_node_mp_env
 
 # Second octet of this module's Docker subnets (test_cluster_ray 213, test_verify_cluster 214,
 # test_serve 215): 227 is this module's alone.
 SECOND_OCTET = 227
+ENGINE_PROCESS = "VLLM::EngineCore_DP1"
 ENGINE_METRIC = re.compile(r"^vllm:request_success_total\{(?P<labels>[^}]*)\} (?P<value>[0-9.e+]+)$", re.MULTILINE)
 
 
@@ -48,7 +60,9 @@ def dp_cluster(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> 
             assert up.returncode == 0, up.stderr
         serve = kit("serve", "--json")
         assert serve.returncode == 0, serve.stderr
-        yield {"kit": kit, "url": json.loads(serve.stdout)["result"]["url"], "name": name}
+        worker = docker_client.containers.get(f"kit-{name}-worker-1")
+        url = json.loads(serve.stdout)["result"]["url"]
+        yield {"kit": kit, "url": url, "name": name, "root": root, "worker": worker}
     finally:
         kit("down")
 
@@ -61,10 +75,10 @@ def _chat(url: str, i: int) -> dict[str, Any]:
     return doc
 
 
-def _finished_per_engine(metrics: str) -> dict[str, float]:
+def _finished_per_engine(scrape: str) -> dict[str, float]:
     """vLLM's request_success_total summed over finish reasons, per engine (= DP rank)."""
     out: dict[str, float] = {}
-    for match in ENGINE_METRIC.finditer(metrics):
+    for match in ENGINE_METRIC.finditer(scrape):
         labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group("labels")))
         out[labels["engine"]] = out.get(labels["engine"], 0.0) + float(match.group("value"))
     return out
@@ -95,6 +109,109 @@ def test_dp2_answers_through_the_head_and_both_ranks_work(dp_cluster: dict[str, 
     argv = worker.exec_run(["bash", "-c", "cat /proc/[0-9]*/cmdline | tr '\\0' ' '"]).output.decode()
     assert "--headless" in argv and "--data-parallel-start-rank 1" in argv
     assert "--data-parallel-size 2 --data-parallel-size-local 1" in argv
+
+
+def _chat_status(url: str, i: int) -> int:
+    body = {"model": "tiny", "messages": [{"role": "user", "content": f"Request {i}: hello"}], "max_tokens": 16}
+    return requests.post(f"{url}/v1/chat/completions", json=body, timeout=300).status_code
+
+
+def _signal_engine(worker: Any, signal: str) -> None:
+    script = (
+        'for p in /proc/[0-9]*; do tr "\\0" " " < "$p/cmdline" 2>/dev/null | grep -q "^$1" '
+        '&& kill "-$2" "${p#/proc/}" && echo "${p#/proc/}"; done; true'
+    )
+    pids = worker.exec_run(["bash", "-c", script, "bash", ENGINE_PROCESS, signal]).output.decode().split()
+    assert len(pids) == 1, f"expected one {ENGINE_PROCESS} process, signalled {pids}"
+
+
+def test_both_engines_report_tokens_through_kits_scraper(dp_cluster: dict[str, Any]) -> None:
+    url = dp_cluster["url"]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=16) as pool:
+        codes = list(pool.map(lambda i: _chat_status(url, i), range(32)))
+    assert codes == [200] * 32
+    engines = metrics.engines(observe.scrape(url))
+    assert list(engines) == ["0", "1"]
+    for engine in engines.values():
+        assert engine.model_name == "tiny"
+        assert engine.generation_tokens and engine.generation_tokens > 0, engine
+        assert engine.requests_finished > 0 and engine.kv_cache_usage is not None
+    assert sum(e.requests_finished for e in engines.values()) >= 32
+
+
+def test_kit_metrics_json_and_the_file_sd_target(dp_cluster: dict[str, Any]) -> None:
+    kit = dp_cluster["kit"]
+    shown = kit("metrics", "--json", "--interval", "1")
+    assert shown.returncode == 0, shown.stderr
+    result = json.loads(shown.stdout)["result"]
+    assert result["url"] == dp_cluster["url"] and result["health"] == "ok" and result["missing"] == []
+    rows = {row["engine"]: row for row in result["engines"]}
+    assert sorted(rows) == ["0", "1"] and (rows["0"]["node_rank"], rows["1"]["node_rank"]) == (0, 1)
+    assert all(row["generation_tokens"] > 0 and row["running"] is not None for row in rows.values())
+
+    target_file = Path(dp_cluster["root"]) / "kit-targets.json"
+    written = kit("metrics", "--prometheus", str(target_file))
+    assert written.returncode == 0, written.stderr
+    [group] = json.loads(target_file.read_text())
+    assert group["labels"]["role"] == "head" and group["labels"]["component"] == "vllm"
+    assert f"http://{group['targets'][0]}" == dp_cluster["url"]
+    assert list(metrics.engines(observe.scrape(f"http://{group['targets'][0]}"))) == ["0", "1"]
+    # The headless worker serves nothing: why the file lists only the head for the mp backend.
+    status = json.loads(kit("status", "--json").stdout)["result"]
+    worker_ip = next(c["node_ip"] for c in status["containers"] if c["role"] == "worker")
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"http://{worker_ip}:8000/metrics", timeout=5)
+
+
+def test_every_dashboard_metric_exists_in_the_live_scrape(dp_cluster: dict[str, Any]) -> None:
+    scrape = observe.scrape(dp_cluster["url"])
+    assert promql.dashboard_problems(promql.load_dashboard(), scrape) == []
+
+
+def _finished(url: str) -> dict[str, float]:
+    return {name: e.requests_finished for name, e in metrics.engines(observe.scrape(url)).items()}
+
+
+def test_a_pinned_probe_reaches_the_engine_it_names(dp_cluster: dict[str, Any]) -> None:
+    url = dp_cluster["url"]
+    for engine, other in (("1", "0"), ("0", "1")):
+        before = _finished(url)
+        result = observe.probe(url, "tiny", engine=engine, deadline_s=30)
+        assert result.error is None, result
+        deadline = time.monotonic() + 10  # the API server records stats just after it answers
+        while (after := _finished(url))[engine] == before[engine] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert after[engine] == before[engine] + 1 and after[other] == before[other], (engine, before, after)
+
+
+def test_an_engine_stopped_while_idle_is_hung_by_its_pinned_probe_only(dp_cluster: dict[str, Any]) -> None:
+    """SIGSTOP engine 1 on the worker while idle: its gauges freeze at 0 running, 0 waiting and
+    /health keeps answering, so only the probe pinned to it tells (it recovers the engine with
+    SIGCONT; the dead-rank test after it breaks serving)."""
+    url = dp_cluster["url"]
+    history: list[liveness.Observation] = []
+    probes: list[liveness.Probe] = []
+    _signal_engine(dp_cluster["worker"], "STOP")
+    try:
+        for _ in range(3):
+            observation, _scrape = observe.observe(url)
+            history.append(observation)
+            time.sleep(1)
+        assert history[-1].health_error is None and history[-1].metrics_error is None
+        assert liveness.idle_engines(history[-1]) == ["0", "1"]
+        for engine in liveness.idle_engines(history[-1]):
+            probes.append(observe.probe(url, "tiny", engine=engine, deadline_s=5))
+        history.append(observe.observe(url)[0])
+        verdicts = liveness.judge(history, expected=["0", "1"], liveness_s=30, probes=probes)
+        assert [(v.engine, v.state) for v in verdicts] == [("0", "idle-ok"), ("1", "hung")], verdicts
+        assert "pinned to engine 1 failed" in verdicts[1].reason and "did not answer within 5 s" in verdicts[1].reason
+    finally:
+        _signal_engine(dp_cluster["worker"], "CONT")
+    recovered = observe.probe(url, "tiny", engine="1", deadline_s=60)
+    assert recovered.error is None, recovered
+    history.append(observe.observe(url)[0])
+    verdicts = liveness.judge(history, expected=["0", "1"], liveness_s=30, probes=[*probes, recovered])
+    assert [(v.engine, v.state) for v in verdicts] == [("0", "idle-ok"), ("1", "idle-ok")], verdicts
 
 
 def test_status_shows_each_nodes_rank_and_a_dead_one(dp_cluster: dict[str, Any], docker_client: Any) -> None:

@@ -60,6 +60,10 @@ PROPERTY = settings(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 FEW = settings(PROPERTY, max_examples=max(2, EXAMPLES // 4))
+# The launcher property runs every launcher on 16 variants through bash and the stubs: half the
+# examples each (plus the all-hostile one) keeps the unit tier in its 90 s on CI's 2 cores
+# (issue 26); KIT_PROPERTY_EXAMPLES=64 runs the long search.
+HALF = settings(PROPERTY, max_examples=max(2, EXAMPLES // 2))
 
 CANARY = "@CANARY@"  # replaced by a path in the example's own directory
 FRAGMENTS = [
@@ -461,7 +465,7 @@ def check_enroot_steps(ex: Example, cfg: KitConfig, out: str) -> None:
 
 
 @pytest.mark.parametrize(("runtime", "backend", "layout"), VARIANTS)
-@PROPERTY
+@HALF
 @given(values=VALUES)
 @example(values=ALL_HOSTILE)
 def test_slurm_launchers_run_nothing_and_pass_values_verbatim(
