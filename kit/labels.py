@@ -36,6 +36,7 @@ TP = "kit.tp"
 PP = "kit.pp"
 DP = "kit.dp"
 EP = "kit.ep"
+ROUTER = "kit.router"  # "true": DP replicas behind vLLM's router (model.dp_lb router, issue 29)
 LAYOUT_FROM = "kit.layout-from"
 SERVED_NAME = "kit.served-name"
 MODEL = "kit.model"
@@ -56,6 +57,8 @@ class LayoutLabels:
     def to_labels(self) -> dict[str, str]:
         lay = self.layout
         out = {TP: str(lay.tp), PP: str(lay.pp), DP: str(lay.dp), EP: "true" if lay.ep else "false"}
+        if lay.router:
+            out[ROUTER] = "true"
         out[LAYOUT_FROM] = lay.decided_by
         if self.served_name is not None:
             out[SERVED_NAME] = self.served_name
@@ -76,7 +79,9 @@ class LayoutLabels:
         if min(tp, pp, dp) < 1:
             return None
         return cls(
-            Layout(tp, pp, dp, labels.get(EP) == "true", labels.get(LAYOUT_FROM, "")),
+            Layout(
+                tp, pp, dp, labels.get(EP) == "true", labels.get(LAYOUT_FROM, ""), router=labels.get(ROUTER) == "true"
+            ),
             served_name=labels.get(SERVED_NAME),
             model=labels.get(MODEL),
             max_model_len=_int_or_none(labels.get(MAX_MODEL_LEN)),

@@ -53,6 +53,19 @@ if ! docker image inspect kit/vllm-cpu:test-ray >/dev/null 2>&1; then
     echo "kit build ray: $((SECONDS - start)) s"
 fi
 
+# The replica tests (issue 29) put vLLM's router in front of two replicas: kit build router, the
+# vllm-router wheel fetched by the host's pip (its index and CA settings), the build itself offline
+# from it; built once, cached by tag (the tag is config key router.image's default).
+step "the router image (kit build router; cached by tag)"
+if ! docker image inspect kit/vllm-router:0.1.17 >/dev/null 2>&1; then
+    start=$SECONDS
+    wheels="$(mktemp -d)"
+    python -m pip download --quiet --no-deps -d "$wheels" vllm-router==0.1.17
+    kit build router --wheels "$wheels" --offline
+    rm -rf "$wheels"
+    echo "kit build router: $((SECONDS - start)) s"
+fi
+
 step "local registry and SLURM"
 bash tests/infra/registry.sh
 bash tests/infra/slurm.sh

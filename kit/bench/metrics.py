@@ -40,6 +40,7 @@ class RequestRecord:
     queue_time: float = 0.0
     error: str = ""
     status: int | None = None
+    failed_after: float = 0.0  # a failed request: seconds from its start to its failure
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -134,4 +135,22 @@ def compute(
         if not r.success:
             errors[r.error or "unknown error"] = errors.get(r.error or "unknown error", 0) + 1
     out["errors"] = errors
+    out["failures"] = failure_times(records)
     return out
+
+
+def failure_times(records: Sequence[RequestRecord]) -> dict[str, Any]:
+    """When the failed requests were sent (seconds after the first request of the run) and how
+    long each took to fail: the outage a failover measurement reads (issue 29)."""
+    started = [r.start for r in records if r.start > 0]
+    failed = [r for r in records if not r.success and r.start > 0 and r.error != "stopped"]
+    if not started or not failed:
+        return {"count": len(failed)}
+    t0 = min(started)
+    sent = sorted(r.start - t0 for r in failed)
+    return {
+        "count": len(failed),
+        "first_s": round(sent[0], 3),
+        "last_s": round(sent[-1], 3),
+        "max_time_to_fail_s": round(max(r.failed_after for r in failed), 3),
+    }

@@ -178,6 +178,13 @@ def render(doc: dict[str, Any]) -> str:
             errors[err] = errors.get(err, 0) + n
     for err, n in sorted(errors.items(), key=lambda kv: -kv[1])[:5]:
         lines.append(f"  {n} x {err}")
+    for point in doc["points"]:  # --keep-going (issue 29): when the failures were sent
+        failures = point["metrics"].get("failures") or {}
+        if failures.get("count") and "first_s" in failures:
+            lines.append(
+                f"  {point_label(point)}: {failures['count']} failed, sent {failures['first_s']:.1f}-"
+                f"{failures['last_s']:.1f} s into the run (each failed within {failures['max_time_to_fail_s']:.1f} s)"
+            )
     return "\n".join(lines)
 
 

@@ -7,7 +7,10 @@ bytes are written to the connection (its JSON built and a connection taken from 
 before that), and each SSE message is stamped with the time the event loop read its last bytes
 off the socket, before any parsing; the first message with `choices` is the first token.
 A connection refused / reset (server gone), a 401 or the deadline stops sending further
-requests; what was measured so far is returned with the reason. The deadline (kit tune's
+requests; what was measured so far is returned with the reason. With `keep_going` (issue 29:
+the load of a failover measurement) only a 401 and the deadline stop it: every other failure is
+counted and timed (when it was sent, how long until it failed) and the next request goes out
+on schedule. The deadline (kit tune's
 budget) bounds every wait: no request starts after it, none waits for an answer past it, and
 streams still open then are cut.
 """
@@ -58,6 +61,7 @@ class Target:
     api_key: str | None = None
     ignore_eos: bool = True
     timeout_s: float = 600.0
+    keep_going: bool = False  # failures are counted and timed, not the end of the run
 
     def headers(self) -> dict[str, str]:
         out = {"Content-Type": "application/json"}
@@ -379,9 +383,11 @@ class Runner:
             left = self.left()
             if left is not None and left <= 0:
                 self._stop(BUDGET_STOP)  # timed out at the deadline: the budget's doing, not the server's
-            elif not self._abort and server_gone(exc, phase):
+            elif not self._abort and server_gone(exc, phase) and not self.target.keep_going:
                 self._stop(f"the server stopped answering ({record.error})")
         finally:
+            if not record.success:
+                record.failed_after = time.perf_counter() - record.start
             if conn is not None:
                 self._pool.put(conn, reusable=parser.done and parser.keep_alive and not self._abort)
 

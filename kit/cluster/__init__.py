@@ -23,9 +23,11 @@ from typing import Any
 
 from kit.cluster import image_facts
 from kit.cluster import nodes as _nodes
+from kit.cluster import replicas as _replicas
 from kit.cluster import serving as _serving
 from kit.cluster import status as _status
 from kit.cluster import supervised as _supervised
+from kit.cluster import supervised_replicas as _supervised_replicas
 from kit.cluster.host_share import check_host_share
 from kit.cluster.model import ModelCache, check_model_cache, decide_offline, with_offline
 from kit.cluster.nodes import NodePlan, UpResult
@@ -52,6 +54,7 @@ from kit.layout import Layout
 from kit.plan.layout import ModelFacts
 from kit.plan.network import plan_node_net
 from kit.plan.node import plan_node
+from kit.plan.replicas import router_mode
 from kit.plan.roles import HEAD, Role
 from kit.runtime.base import NodeHandle, Runtime
 from kit.supervise.events import Event
@@ -277,7 +280,20 @@ class Cluster:
         (issue 24: probed now when kit has no record of it)."""
         self.ensure_image(on_progress)
         env = self.model_cache().env  # the serve scripts export the offline decision too
-        if self.config.supervise.enabled if supervise is None else supervise:
+        supervised = self.config.supervise.enabled if supervise is None else supervise
+        if router_mode(self.config) and not supervised:
+            for note in notes:
+                on_progress(f"warning: {note}")
+            return _replicas.serve_replicas(
+                self.config, self.runtime, replace=replace, deadline=deadline, on_progress=on_progress, env=env
+            )
+        if supervised and router_mode(self.config):
+            for note in notes:
+                on_progress(f"warning: {note}")
+            return _supervised_replicas.serve_replicas_supervised(
+                self.config, self.runtime, replace=replace, on_progress=on_progress, on_event=on_event, serve_env=env
+            )
+        if supervised:
             for note in notes:
                 on_progress(f"warning: {note}")
             return _supervised.serve_supervised(
@@ -307,6 +323,8 @@ class Cluster:
     def follow_supervision(self, on_event: Callable[[Event], None]) -> Event:
         """Follow a supervised group's events after ready until it stops (its `stopped` event);
         StartError (exit 6) with the last log lines when the coordinator gives up."""
+        if router_mode(self.config):
+            return _supervised_replicas.follow_replicas(self.config, self.runtime, on_event=on_event)
         return _supervised.follow_supervised(self.config, self.runtime, on_event=on_event)
 
     def wait(

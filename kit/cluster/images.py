@@ -140,5 +140,6 @@ def build_image(store: ImageStore, plan: BuildPlan, *, as_json: bool, verbose: b
                 built_from=f"containers/{result.name}",
                 **version,
             )
-        probe_facts(store, result.image, as_json=as_json)
+        if result.name != "router":  # the router image holds no vLLM to probe (issue 29)
+            probe_facts(store, result.image, as_json=as_json)
     return result

@@ -4,6 +4,7 @@ evidence when it fails."""
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -11,7 +12,9 @@ from typing import Any
 
 from kit.config import KitConfig
 from kit.errors import ConfigError, StartError
+from kit.plan.replicas import router_mode
 from kit.plan.roles import Role
+from kit.plan.router import router_url
 from kit.plan.scripts import SERVE_LOG, serve_script
 from kit.runtime.base import NodeHandle, Runtime
 
@@ -78,11 +81,13 @@ class NodeServe:
 
 @dataclass(frozen=True)
 class ServePlan:
-    """What `kit serve` would run on each node of the planned cluster (its --dry-run)."""
+    """What `kit serve` would run on each node of the planned cluster (its --dry-run); with router
+    replicas (issue 29) also the router's `docker run` (kit.plan.router)."""
 
     cluster: str
     backend: str
     nodes: list[NodeServe]
+    router: list[str] | None = None
 
 
 def plan_serve(config: KitConfig, *, env: Mapping[str, str] | None = None) -> ServePlan:
@@ -92,13 +97,29 @@ def plan_serve(config: KitConfig, *, env: Mapping[str, str] | None = None) -> Se
     if config.backend == "mp":
         roles += [Role("worker", rank) for rank in range(1, config.nodes)]
     scripts = [NodeServe(r, serve_script(config, r, env=env)) for r in roles]
-    return ServePlan(config.cluster, config.backend, scripts)
+    return ServePlan(config.cluster, config.backend, scripts, planned_router(config) if router_mode(config) else None)
+
+
+def planned_router(config: KitConfig) -> list[str]:
+    """The router's `docker run` as `kit serve` would start it: the node IPs of the simulation
+    network, else the head's (head_address; HEAD_IP where this host cannot know it)."""
+    from kit.plan.container_args import to_docker_argv
+    from kit.plan.router import known_workers, plan_router
+
+    if config.network:
+        base = ipaddress.IPv4Network(config.network_subnet).network_address
+        ips = {rank: str(base + 10 + rank) for rank in range(config.nodes)}
+    else:
+        ips = {0: config.head_address or "HEAD_IP"}
+    return to_docker_argv(plan_router(config, ips[0], known_workers(config, ips)))
 
 
 def head_url(config: KitConfig, nodes: Sequence[NodeHandle]) -> str:
     """The server's URL: the local head container's node IP, else head_address, else loopback."""
     head = next((n for n in nodes if n.role == "head" and n.ip), None)
     host = (head.ip if head else None) or config.head_address or "127.0.0.1"
+    if router_mode(config):  # the endpoint is vLLM's router in front of the replicas (issue 29)
+        return router_url(config, host)
     return f"http://{host}:{config.ports.api}"
 
 

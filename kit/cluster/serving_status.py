@@ -5,6 +5,7 @@ supervision in a SLURM job's output. Data only: kit/commands/status.py renders i
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 from kit.cluster import supervision as host
 from kit.config import KitConfig
 from kit.errors import KitError
+from kit.plan.replicas import router_mode
 from kit.plan.supervise import expected_engines
 from kit.runtime.base import NodeHandle, Runtime
 from kit.supervise import events
@@ -89,7 +91,9 @@ def status_extras(
     head = next((n for n in nodes if n.role == "head" and n.state == "running"), None)
     try:
         served = head is not None and runtime.exec(head, ["test", "-f", SERVE_SCRIPT], timeout=15).returncode == 0
-        if served and head is not None:
+        if served and head is not None and router_mode(config):
+            out.update(replicas_status(config, runtime, nodes))
+        elif served and head is not None:
             out["server"] = server_status(config, head_url(config, list(nodes)))
             supervise = supervision_status(runtime, head)
             if supervise is not None:
@@ -101,6 +105,37 @@ def status_extras(
         if missing:
             out["ray_missing"] = missing
     return out
+
+
+def replicas_status(config: KitConfig, runtime: Runtime, nodes: Sequence[NodeHandle]) -> dict[str, Any]:
+    """Router replicas (issue 29): the router's view (its container, the replicas it routes to and
+    its health of each), each local replica's own liveness (as `server` is for one server), and
+    `server`: the endpoint serves when the router answers and routes to a serving replica."""
+    from kit.cluster.replicas import router_view
+
+    view = router_view(config, runtime, nodes)
+    one = config.replace(planned=dataclasses.replace(config.layout, dp=1))  # each replica: one engine
+    for row in view["replicas"]:
+        if row["url"]:
+            row["server"] = server_status(one, row["url"])
+    serving = [r for r in view["replicas"] if r["routed"] and r["healthy"] and r.get("server", {}).get("serving")]
+    reason = None
+    if not view["answers"]:
+        reason = view.get("error") or "the router does not answer"
+    elif not serving and not view["others"]:
+        reason = "no replica is routed and serving"
+    server = {
+        "url": view["url"],
+        "serving": reason is None,
+        "state": "serving" if reason is None else "api-down",
+        "reason": reason,
+        "engines": [],
+        "replicas_serving": len(serving),
+    }
+    from kit.plan.supervise import recovery_mechanism
+
+    view["recovery"] = recovery_mechanism(config) if config.supervise.enabled else "none (not supervised)"
+    return {"router": view, "server": server}
 
 
 # ---- kit logs --events, kit status --slurm ------------------------------------------------------

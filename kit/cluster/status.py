@@ -143,7 +143,11 @@ def collect(config: KitConfig, runtime: Runtime, *, ray: bool = True) -> StatusR
     layout = started_layout(nodes)
     dp = layout.layout.dp if layout is not None else config.dp
     dp_local = max(1, dp // config.nodes)
-    view = DPView(dp, dp_local, config.backend, dp_view(config, runtime, nodes, dp_local)) if dp > 1 else None
+    # Router replicas (issue 29) are no DP group: `kit status` shows them from the router's view.
+    router = layout.layout.router if layout is not None else config.layout.router
+    view = None
+    if dp > 1 and not router:
+        view = DPView(dp, dp_local, config.backend, dp_view(config, runtime, nodes, dp_local))
     head = next((n for n in nodes if n.role == "head" and n.state == "running"), None)
     ray_nodes, ray_error = None, None
     if ray and head is not None and config.backend == "ray":

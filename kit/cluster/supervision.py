@@ -108,13 +108,16 @@ def stop(runtime: Runtime, nodes: Sequence[NodeHandle], reason: str) -> dict[str
     from kit.plan.supervise import PID_FILE
 
     running = [n for n in nodes if n.state == "running"]
-    head = next((n for n in running if n.role == "head"), None)
-    asked = False
-    if head is not None and is_active(runtime, head):
+    # The head's coordinator; with router replicas (issue 29) every replica's first node has one.
+    heads = [n for n in running if n.role == "head" or coordinators_anywhere(n)]
+    active = [n for n in heads if is_active(runtime, n)]
+    for head in active:
         runtime.exec(head, ["python3", BUNDLE_PATH, "ctl", RUN_DIR, "stop", reason], timeout=30)
-        asked = True
-        end = time.monotonic() + 40
-        while time.monotonic() < end and is_active(runtime, head):
+    asked = bool(active)
+    end = time.monotonic() + 40
+    while active and time.monotonic() < end:
+        active = [n for n in active if is_active(runtime, n)]
+        if active:
             time.sleep(1)
     out: dict[str, Any] = {"asked_coordinator": asked, "nodes": {}}
     for node in sorted(running, key=lambda n: n.role == "head"):  # the head last: its coordinator first
@@ -125,6 +128,11 @@ def stop(runtime: Runtime, nodes: Sequence[NodeHandle], reason: str) -> dict[str
             if line.startswith("KIT_SUPERVISE_STOPPED "):
                 out["nodes"][node.name] = json.loads(line.split(" ", 1)[1])
     return out
+
+
+def coordinators_anywhere(node: NodeHandle) -> bool:
+    """Router replicas (kit.labels ROUTER on the node): any node may be a replica's first node."""
+    return node.labels.get("kit.router") == "true"
 
 
 def start(

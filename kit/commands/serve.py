@@ -241,6 +241,7 @@ def to_dict(plan: ServePlan, layout: Layout) -> dict[str, Any]:
         "parallel": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "ep": layout.ep},
         "layout_from": layout.decided_by,
         "nodes": [{"role": n.role.kind, "rank": n.role.rank, "script": n.script} for n in plan.nodes],
+        **({"router": plan.router} if plan.router is not None else {}),
     }
 
 
@@ -256,4 +257,7 @@ def dry_run_text(plan: dict[str, Any]) -> str:
     for node in plan["nodes"]:
         lines.append(f"# --- {node['role']} (rank {node['rank']}): script run inside its container")
         lines.append(node["script"].rstrip("\n"))
+    if plan.get("router"):
+        lines.append("# --- the router in front of the replicas (model.dp_lb router): its container")
+        lines.append(shell_words(plan["router"]))
     return "\n".join(lines)

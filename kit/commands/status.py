@@ -53,7 +53,15 @@ def render_status(result: dict[str, Any]) -> list[str]:
     """The lines `kit status` adds: the server's liveness, supervision, missing Ray nodes."""
     out = []
     server = result.get("server")
-    if server is not None:
+    router = result.get("router")
+    if router is not None:
+        out.extend(render_router(router))
+    if server is not None and router is not None:
+        if server["serving"]:
+            out.append(f"endpoint: serving at {server['url']} ({server['replicas_serving']} replica(s) serving here)")
+        else:
+            out.append(f"endpoint: NOT SERVING at {server['url']}: {server['reason']}")
+    elif server is not None:
         if server["serving"]:
             word = "serving" if server["state"] == "serving" else "idle, answering"
             out.append(f"server: {word} at {server['url']} ({len(server['engines'])} engine(s))")
@@ -70,6 +78,24 @@ def render_status(result: dict[str, Any]) -> list[str]:
         out.append(line)
     if result.get("ray_missing"):
         out.append("Ray: missing " + ", ".join(result["ray_missing"]))
+    return out
+
+
+def render_router(router: dict[str, Any]) -> list[str]:
+    """The router (issue 29): its container, and each replica: where, routed, healthy, serving."""
+    state = router["state"] or "absent"
+    out = [f"router: {router['container']} {state} at {router['url']} ({router['policy']})"]
+    for row in router["replicas"]:
+        server = row.get("server") or {}
+        where = "on another host" if row["url"] is None else row["url"]
+        routed = "routed" if row["routed"] else "NOT ROUTED"
+        health = {True: "healthy", False: "UNHEALTHY", None: "-"}[row["healthy"]]
+        serving = "serving" if server.get("serving") else (server.get("reason") or "-") if server else "-"
+        out.append(f"  replica {row['replica']} (nodes {row['nodes']}): {where}: {routed}, {health}, {serving}")
+    for other in router["others"]:
+        out.append(f"  routed from another host: {other}")
+    if router.get("recovery"):
+        out.append(f"  {router['recovery']}")
     return out
 
 

@@ -44,6 +44,8 @@ class Ports:
     verify: int
     dp_rpc: int
     supervisor: int
+    replica: int = 8100
+    router_metrics: int = 29000
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,15 @@ class Supervise:
 class CompileCache:
     dir: str | None = None  # None: the caches live and die with the container (kit.plan.node)
     scope: str = "per-node"
+
+
+@dataclass(frozen=True)
+class Router:
+    """model.dp_lb router (issue 29): vLLM's router in front of every replica."""
+
+    image: str = "kit/vllm-router:0.1.17"
+    policy: str = "round_robin"
+    health_interval: int = 2
 
 
 @dataclass(frozen=True)
@@ -152,6 +163,7 @@ class KitConfig:
     gpus_per_node: int
     gpus: str
     head_address: str | None
+    replica_head: str | None
     node_ip: str
     interface: str
     infiniband: str
@@ -174,6 +186,7 @@ class KitConfig:
     slurm: Slurm
     supervise: Supervise
     compile_cache: CompileCache = CompileCache()
+    router: Router = Router()
     docker: Docker = Docker()
     tunnel: Tunnel = Tunnel()
     api_listen: str = "node-ip"  # node-ip | all (kit.plan.vllm: --host)
@@ -220,7 +233,7 @@ class KitConfig:
             raise KitError(
                 "internal error: the layout (model.tp/pp/dp auto) was used before kit.plan.layout decided it"
             )
-        return Layout(int(m.tp), int(m.pp), int(m.dp), m.ep, BY_CONFIG)
+        return Layout(int(m.tp), int(m.pp), int(m.dp), m.ep, BY_CONFIG, router=m.dp_lb == "router")
 
     @property
     def vllm(self) -> Target:
@@ -450,6 +463,7 @@ def build(values: Mapping[str, Any]) -> KitConfig:
         slurm=Slurm(**section("slurm")),
         supervise=Supervise(**section("supervise")),
         compile_cache=CompileCache(**section("compile_cache")),
+        router=Router(**section("router")),
         docker=Docker(**section("docker")),
         tunnel=Tunnel(**section("tunnel")),
     )

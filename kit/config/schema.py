@@ -44,6 +44,12 @@ SCHEMA: dict[str, Spec] = {
     "gpus_per_node": Spec("int", 1, "GPUs per node (with accelerator=cpu: engine ranks per node)", low=1, high=1024),
     "gpus": Spec("str", "all", "GPUs given to the container: 'all' or indices like '0,1'"),
     "head_address": Spec("str", None, "the head node's IP (required on workers)", optional=True),
+    "replica_head": Spec(
+        "str",
+        None,
+        "model.dp_lb router, host networking: the IP of the first node of this node's replica (one over several nodes)",
+        optional=True,
+    ),
     "node_ip": Spec("str", "auto", "this node's IPv4 address, or auto (route to the head / default route)"),
     "interface": Spec(
         "str",
@@ -80,6 +86,8 @@ SCHEMA: dict[str, Spec] = {
         "int", 29550, "data-parallel RPC port on the head (--data-parallel-rpc-port; vLLM's default)", low=1, high=65535
     ),
     "ports.supervisor": _port(29570, "supervisor control endpoint on the head's node IP (supervise.enabled)"),
+    "ports.replica": _port(8100, "model.dp_lb router: the first replica's API port on a node (the next replica +1)"),
+    "ports.router_metrics": _port(29000, "model.dp_lb router: the router's Prometheus port (on loopback)"),
     "api_listen": Spec(
         "choice",
         "node-ip",
@@ -122,7 +130,12 @@ SCHEMA: dict[str, Spec] = {
         "str", "auto", "EP all-to-all backend (one the image's vLLM accepts), or auto (vLLM's)", pattern=ALL2ALL_PATTERN
     ),
     "model.api_servers": Spec("int_auto", "auto", "--api-server-count, or auto (vLLM's)", low=1, high=1024),
-    "model.dp_lb": Spec("choice", "internal", "DP load balancing: internal (head) or hybrid (per node)", DP_LB_MODES),
+    "model.dp_lb": Spec(
+        "choice",
+        "internal",
+        "DP load balancing: internal (head), hybrid (per node), or router (independent replicas behind vllm-router)",
+        DP_LB_MODES,
+    ),
     "model.max_model_len": Spec(
         "int",
         None,
@@ -200,6 +213,18 @@ SCHEMA: dict[str, Spec] = {
     ),
     "supervise.stable": Spec(
         "int", 300, "seconds of serving after which restarts count from 0 again", low=1, high=10_000_000
+    ),
+    "router.image": Spec(
+        "str", "kit/vllm-router:0.1.17", "model.dp_lb router: the router's image (`kit build router`)", text="path"
+    ),
+    "router.policy": Spec(
+        "choice",
+        "round_robin",
+        "model.dp_lb router: vllm-router's balancing policy",
+        ("round_robin", "random", "power_of_two", "cache_aware", "consistent_hash"),
+    ),
+    "router.health_interval": Spec(
+        "int", 2, "model.dp_lb router: seconds between the router's health checks of each replica", low=1, high=3600
     ),
     "ray.temp_dir": Spec("str", "/tmp/ray", "Ray --temp-dir inside the container", text="path"),
     "ray.dashboard": Spec("bool", False, "start the Ray dashboard (on loopback only)"),

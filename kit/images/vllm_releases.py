@@ -72,13 +72,21 @@ API_SERVERS_DP_DEFAULT_SINCE: Version = (0, 15, 0)
 ENGINE_READY_TIMEOUT_ENV = "VLLM_ENGINE_READY_TIMEOUT_S"
 ENGINE_READY_TIMEOUT_SINCE: Version = (0, 14, 0)
 
+# --enable-fault-tolerance (vLLM >= 0.27.0, FIELD_NOTES §9): DP ranks that survive a failed rank,
+# only with an external load balancer. kit's router replicas are not one DP group (no rank of one
+# knows the others), so a dead replica is restarted alone by kit's supervisor on every release;
+# the flag would only matter for one DP group with EP behind the router, which kit does not start.
+FAULT_TOLERANCE_SINCE: Version = (0, 27, 0)
+
 # Data-parallel load balancing kit offers: internal (one API endpoint on the head) and hybrid
 # (--data-parallel-hybrid-lb: each node balances its own ranks). Whether the image has the hybrid
 # flag is its parser's to say. (external, one server per DP rank behind your own balancer, is not
 # a layout kit starts: it runs one `vllm serve` per node.)
 # (--data-parallel-hybrid-lb is in vllm/engine/arg_utils.py from the 0.10.0 wheel on, not in 0.9.2's;
 # --data-parallel-external-lb from 0.11.1: absent from the recorded 0.10.2 parser.)
-DP_LB_MODES = ("internal", "hybrid")
+# router (issue 29): every DP replica an independent `vllm serve` (TP x PP GPUs, on part of a node
+# or across nodes) behind vLLM's router (the vllm-router package); it needs no flag of vLLM's.
+DP_LB_MODES = ("internal", "hybrid", "router")
 DP_LB_FLAG = "--data-parallel-hybrid-lb"
 
 _VERSION_RE = re.compile(r"v?(\d+)\.(\d+)\.(\d+)(?:[.+-].*|rc\d+.*|post\d+.*)?")

@@ -13,6 +13,7 @@ from kit.images.facts import ImageFacts
 from kit.images.reference import is_image_ref
 from kit.plan import image_check
 from kit.plan.layout import ModelFacts
+from kit.plan.replicas import replica_gpus, replicas_per_node, router_mode
 
 
 def _src(sources: Mapping[str, str], key: str) -> str:
@@ -49,7 +50,9 @@ def check_topology(config: KitConfig, sources: Mapping[str, str], *, model: Mode
                 f"must be at least 1, got {value}", key=key, source=_src(sources, key), hint="use 1 or more, or auto"
             )
     total = config.nodes * config.gpus_per_node
-    if config.dp > 1 or config.model.ep:
+    if router_mode(config):
+        check_replicas(config, sources)
+    elif config.dp > 1 or config.model.ep:
         check_data_parallel(config, sources, experts=None if model is None else model.experts)
     elif config.tp * config.pp != total:
         unit = "GPUs" if config.accelerator == "gpu" else "ranks"
@@ -129,7 +132,8 @@ def check_data_parallel(config: KitConfig, sources: Mapping[str, str], *, expert
             key="model.pp" if pp > 1 else "model.tp",
             source=_src(sources, "model.pp" if pp > 1 else "model.tp"),
             hint=f"make tp × pp ≤ gpus_per_node ({config.gpus_per_node}) and raise dp, "
-            "or use dp: 1 with TP×PP across the nodes",
+            "or use dp: 1 with TP×PP across the nodes, or model.dp_lb: router (replicas that span nodes "
+            "behind one router)",
         )
     if dp > 1 and dp % config.nodes:
         raise ConfigError(
@@ -166,6 +170,59 @@ def check_data_parallel(config: KitConfig, sources: Mapping[str, str], *, expert
                 hint=f"choose tp × dp dividing {experts} (e.g. dp = "
                 f"{_largest_divisor(experts, total)}), or set model.ep: false",
             )
+
+
+def check_replicas(config: KitConfig, sources: Mapping[str, str]) -> None:
+    """model.dp_lb router (issue 29): DP independent replicas of TP×PP GPUs behind vLLM's router,
+    each one spanning whole nodes or sharing a node with others (kit.plan.replicas)."""
+    total = config.nodes * config.gpus_per_node
+    unit = "GPUs" if config.accelerator == "gpu" else "ranks"
+    tp, pp, dp, per_node = config.tp, config.pp, config.dp, config.gpus_per_node
+    size = replica_gpus(config)
+    if config.backend != "mp":
+        raise ConfigError(
+            "router replicas run vLLM's own multi-node backend (each replica its own `vllm serve`, "
+            "spanning nodes with --nnodes), not one Ray cluster",
+            key="backend",
+            source=_src(sources, "backend"),
+            hint="set backend: mp with model.dp_lb: router",
+        )
+    if config.model.ep:
+        raise ConfigError(
+            "expert parallelism needs one DP group (the experts spread over every rank), and router "
+            "replicas are independent servers",
+            key="model.ep",
+            source=_src(sources, "model.ep"),
+            hint="use model.dp_lb: internal or hybrid with model.ep, or set model.ep: false",
+        )
+    if size * dp != total:
+        raise ConfigError(
+            f"{dp} replica(s) of TP×PP = {tp}×{pp} = {size} {unit} need {size * dp}, but the cluster has "
+            f"nodes×gpus_per_node = {config.nodes}×{per_node} = {total}",
+            key="model.dp",
+            source=_src(sources, "model.dp"),
+            hint=f"make model.tp × model.pp × model.dp equal {total} (or model.dp: auto)",
+        )
+    if (size >= per_node and size % per_node) or (size < per_node and per_node % size):
+        raise ConfigError(
+            f"a replica of TP×PP = {size} {unit} neither fills whole nodes of {per_node} nor divides one",
+            key="model.tp",
+            source=_src(sources, "model.tp"),
+            hint=f"make tp × pp a multiple of gpus_per_node ({per_node}: a replica over whole nodes) "
+            f"or a divisor of it (several replicas on one node)",
+        )
+    slots = replicas_per_node(config)
+    taken = {v: k for k, v in vars(config.ports).items() if k not in ("ray_min_worker", "ray_max_worker")}
+    for base, name in ((config.ports.replica, "replica"), (config.ports.mp_master, "mp_master")):
+        for port in range(base + 1, base + slots):
+            if port in taken or port > 65535:
+                raise ConfigError(
+                    f"{slots} replicas on a node use ports.{name} {base}-{base + slots - 1}, and port {port} "
+                    + (f"is ports.{taken[port]}" if port in taken else "is out of range"),
+                    key=f"ports.{name}",
+                    source=_src(sources, f"ports.{name}"),
+                    hint=f"move ports.{name} so that the {slots} ports from it are free",
+                )
 
 
 def _largest_divisor(n: int, at_most: int) -> int:
@@ -235,7 +292,7 @@ def check_vllm_options(config: KitConfig, sources: Mapping[str, str]) -> None:
     if m.all2all != "auto" and (problem := versions.all2all_problem(m.all2all, target.version)):
         message, fix = problem
         raise ConfigError(f"{message} ({where})", key="model.all2all", source=_src(sources, "model.all2all"), hint=fix)
-    if m.dp_lb != "internal" and (config.backend != "mp" or config.dp < 2 or config.nodes < 2):
+    if m.dp_lb == "hybrid" and (config.backend != "mp" or config.dp < 2 or config.nodes < 2):
         raise ConfigError(
             f"{m.dp_lb} DP load balancing gives every node its own API server over its DP ranks: it needs "
             f"backend mp, model.dp > 1 and nodes > 1 (got backend {config.backend}, dp {config.dp}, "

@@ -56,7 +56,7 @@ def to_docker_kwargs(spec: ContainerSpec, *, foreground: bool = False) -> dict[s
             kwargs["networking_config"] = {spec.network: {"ipv4_address": spec.ip}}
     if spec.ipc_host:
         kwargs["ipc_mode"] = "host"
-    else:
+    elif spec.shm_size is not None:  # none for the router (issue 29): Docker's default /dev/shm
         kwargs["shm_size"] = spec.shm_size
     if spec.gpus == "all":
         kwargs["device_requests"] = [{"count": -1, "capabilities": [["gpu"]]}]

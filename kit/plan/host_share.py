@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kit.config import KitConfig
+from kit.plan.replicas import replicas_on, router_mode
 from kit.plan.roles import Role
 from kit.plan.vllm import serves_api
 
@@ -37,6 +38,8 @@ def host_ports(config: KitConfig, role: Role) -> dict[str, Span]:
     runs, so it is not held."""
     if config.network:
         return {}
+    if router_mode(config):
+        return _replica_ports(config, role)
     p = config.ports
     held: dict[str, Span] = {}
     if serves_api(config, role):
@@ -54,6 +57,25 @@ def host_ports(config: KitConfig, role: Role) -> dict[str, Span]:
         if role.is_head and config.ray.dashboard:
             held["ports.ray_dashboard"] = (p.ray_dashboard, p.ray_dashboard)
         held["ports.ray_min_worker"] = (p.ray_min_worker, p.ray_max_worker)
+    return held
+
+
+def _replica_ports(config: KitConfig, role: Role) -> dict[str, Span]:
+    """model.dp_lb router (issue 29): each replica whose API server is on this node holds its port
+    (ports.replica + its slot), its rendezvous when it spans nodes and, supervised, the
+    coordinator's port; the head also holds the router's (ports.api, its metrics on loopback)."""
+    p = config.ports
+    held: dict[str, Span] = {}
+    mine = [r for r in replicas_on(config, role.rank) if r.head == role.rank]
+    if mine:
+        held["ports.replica"] = (min(r.port for r in mine), max(r.port for r in mine))
+        if any(r.spans_nodes for r in mine):
+            held["ports.mp_master"] = (p.mp_master, p.mp_master)
+        if config.supervise.enabled:
+            held["ports.supervisor"] = (p.supervisor, p.supervisor)
+    if role.is_head:
+        held["ports.api"] = (p.api, p.api)
+        held["ports.router_metrics"] = (p.router_metrics, p.router_metrics)
     return held
 
 

@@ -17,9 +17,10 @@ from kit.config import KitConfig
 from kit.errors import ConfigError
 from kit.images import vllm_probe
 from kit.images.facts import ImageFacts
+from kit.plan.replicas import plan_replicas, router_mode
 from kit.plan.roles import HEAD, Role
-from kit.plan.vllm import vllm_serve_argv
-from kit.render import EnvRef, Word
+from kit.plan.vllm import replica_serve_argv, vllm_serve_argv
+from kit.render import Arg, EnvRef, Word
 
 # vLLM's multi-node mp options (--nnodes/--node-rank/--master-addr/--master-port) are in every
 # recorded parser from 0.11.1 on, in none before (tests/fixtures/vllm_parsers/).
@@ -217,8 +218,21 @@ def serve_roles(config: KitConfig) -> list[Role]:
 def serve_words(config: KitConfig, role: Role) -> tuple[list[str], int]:
     """The words after `vllm serve` as the node will run them (a run-time value as ${NAME}), and
     where model.extra_args begin among them."""
-    words = [_text(arg) for arg in vllm_serve_argv(config, role)[2:]]
+    return _words(config, vllm_serve_argv(config, role))
+
+
+def _words(config: KitConfig, argv: Sequence[Arg]) -> tuple[list[str], int]:
+    words = [_text(arg) for arg in argv[2:]]
     return words, len(words) - len(config.model.extra_args)
+
+
+def every_serve_words(config: KitConfig) -> list[tuple[list[str], int]]:
+    """Each distinct `vllm serve` the cluster runs: every role's, or (model.dp_lb router, issue 29)
+    the first replica's on each of its nodes (the other replicas differ only in ports and GPUs)."""
+    if router_mode(config):
+        first = plan_replicas(config)[0]
+        return [_words(config, replica_serve_argv(config, first, node)) for node in first.nodes]
+    return [serve_words(config, role) for role in serve_roles(config)]
 
 
 def _text(arg: str | EnvRef | Word) -> str:
@@ -249,8 +263,7 @@ def check_serve_options(config: KitConfig, sources: Mapping[str, str], facts: Im
     image's parser."""
     where = f" ({config.image})"
     check_extra_args(config, sources, facts)
-    for role in serve_roles(config):
-        words, extra_start = serve_words(config, role)
+    for words, extra_start in every_serve_words(config):
         for problem in vllm_probe.check_argv(facts.data, words, owners(), extra_start):
             raise ConfigError(
                 problem["message"] + where,

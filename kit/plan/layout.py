@@ -64,14 +64,15 @@ class ModelFacts:
 def plan_layout(config: KitConfig, model: ModelFacts | None) -> Layout:
     """The layout of `config`, with the model's facts when this host has its config.json."""
     m = config.model
+    router = m.dp_lb == "router"
     if "auto" not in (m.tp, m.pp, m.dp):
-        return Layout(int(m.tp), int(m.pp), int(m.dp), m.ep, BY_CONFIG)
+        return Layout(int(m.tp), int(m.pp), int(m.dp), m.ep, BY_CONFIG, router=router)
     arch = model.architecture if model is not None else None
     replicated = m.dp == "auto" or int(m.dp) > 1
     tp, pp, decided_by, guessed = _replica_layout(config, arch) if replicated else _cluster_layout(config, arch)
     total = config.nodes * config.gpus_per_node
     dp = max(1, total // max(1, tp * pp)) if m.dp == "auto" else int(m.dp)
-    return Layout(tp, pp, dp, m.ep, decided_by, guessed)
+    return Layout(tp, pp, dp, m.ep, decided_by, guessed, router=router)
 
 
 def _cluster_layout(config: KitConfig, arch: Architecture | None) -> tuple[int, int, str, bool]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from kit.config import KitConfig
 from kit.errors import ConfigError
+from kit.plan.replicas import nodes_per_replica, router_mode
 from kit.plan.roles import Role
 
 
@@ -26,6 +27,8 @@ class NodeNet:
     ip: str
     interface: str
     head_address: str
+    # model.dp_lb router, a replica over several nodes: its first node's IP (--master-addr).
+    replica_head: str | None = None
 
 
 def _src(sources: Mapping[str, str], key: str) -> str:
@@ -67,8 +70,14 @@ def plan_node_net(config: KitConfig, sources: Mapping[str, str], role: Role, hos
                 source=_src(sources, "node_ip"),
                 hint="pick an address inside network_subnet, or auto",
             )
+        replica_head = None
+        if (first := _replica_head_rank(config, role)) is not None:
+            replica_head = str(base + 10 + first) if config.node_ip == "auto" or first != role.rank else sim_ip
         return NodeNet(
-            ip=sim_ip, interface="eth0" if config.interface == "auto" else config.interface, head_address=head
+            ip=sim_ip,
+            interface="eth0" if config.interface == "auto" else config.interface,
+            head_address=head,
+            replica_head=replica_head,
         )
 
     if not role.is_head and not config.head_address:
@@ -142,4 +151,40 @@ def plan_node_net(config: KitConfig, sources: Mapping[str, str], role: Role, hos
             hint="pass --node-ip or --interface for the cluster network",
         )
     head = ip if role.is_head else str(config.head_address)
-    return NodeNet(ip=ip, interface=iface, head_address=head)
+    replica_head = _replica_head(config, sources, role, ip, head)
+    return NodeNet(ip=ip, interface=iface, head_address=head, replica_head=replica_head)
+
+
+def _replica_head_rank(config: KitConfig, role: Role) -> int | None:
+    """The rank of the first node of this node's replica, when it spans nodes (model.dp_lb router)."""
+    span = nodes_per_replica(config) if router_mode(config) else 1
+    return None if span <= 1 else role.rank - role.rank % span
+
+
+def _replica_head(config: KitConfig, sources: Mapping[str, str], role: Role, ip: str, head: str) -> str | None:
+    """A replica over several nodes meets at its first node: this node, the cluster's head, or
+    (host networking, nothing kit can derive) the address in replica_head."""
+    first = _replica_head_rank(config, role)
+    if first is None:
+        return None
+    if first == role.rank:
+        return ip
+    if first == 0:
+        return head
+    if not config.replica_head:
+        raise ConfigError(
+            f"node {role.rank} is part of the replica whose first node is node {first}, whose address kit cannot know",
+            key="replica_head",
+            source=_src(sources, "replica_head"),
+            hint=f"pass --set replica_head=IP (node {first}'s IP) on this node",
+        )
+    try:
+        ipaddress.IPv4Address(config.replica_head)
+    except ValueError:
+        raise ConfigError(
+            f"{config.replica_head!r} is not a numeric IPv4 address",
+            key="replica_head",
+            source=_src(sources, "replica_head"),
+            hint="use the IP of the replica's first node",
+        ) from None
+    return config.replica_head

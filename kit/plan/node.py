@@ -22,7 +22,7 @@ from kit.plan.paths import (
 )
 from kit.plan.roles import Role
 from kit.plan.scripts import node_script, ray_token_enabled
-from kit.plan.vllm import container_gpu_ids, device_ids_selected, serves_api
+from kit.plan.vllm import REPLICA_HEAD_VAR, container_gpu_ids, device_ids_selected, serves_api
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,7 @@ def node_env(config: KitConfig, role: Role, net: NodeNet) -> dict[str, str]:
         "KIT_NODE_RANK": str(role.rank),
         "KIT_NNODES": str(config.nodes),
         "KIT_HEAD_ADDRESS": net.head_address,
+        **({REPLICA_HEAD_VAR: net.replica_head} if net.replica_head else {}),
         "HF_HOME": HF_HOME,
         "VLLM_CONFIG_ROOT": VLLM_CONFIG_ROOT,
         "RAY_USAGE_STATS_ENABLED": "0",

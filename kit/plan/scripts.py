@@ -15,8 +15,16 @@ from kit.images.facts import packed_probe
 from kit.plan.image_check import precheck_spec
 from kit.plan.paths import API_KEY_PATH
 from kit.plan.ray import ray_head_args, ray_resource, ray_worker_args
+from kit.plan.replicas import describe, replicas_on, router_mode
 from kit.plan.roles import Role
-from kit.plan.vllm import DP_START_RANK_VAR, serves_api, vllm_serve_argv
+from kit.plan.vllm import (
+    DP_START_RANK_VAR,
+    REPLICA_HEAD_VAR,
+    replica_device_ids,
+    replica_serve_argv,
+    serves_api,
+    vllm_serve_argv,
+)
 from kit.render import render
 
 # Per-node network variables vLLM must not copy from the head to Ray workers (FIELD_NOTES §1 row 11).
@@ -84,6 +92,8 @@ def serve_script(config: KitConfig, role: Role, *, env: Mapping[str, str] | None
     `env`: variables the serve process exports (kit's own, e.g. HF_HUB_OFFLINE from
     kit.cluster.model), over what the container was started with. `precheck`: check the command
     against the image's own parser first (a launcher kit wrote without a record of the image)."""
+    if router_mode(config):
+        return replicas_script(config, role, env=env)  # only kit slurm asks for precheck, and it refuses router
     if config.backend == "ray" and not role.is_head:
         raise ValueError("with the Ray backend only the head runs `vllm serve`")
     headless_dp = config.dp > 1 and config.backend == "mp" and config.nodes > 1 and not role.is_head
@@ -99,4 +109,34 @@ def serve_script(config: KitConfig, role: Role, *, env: Mapping[str, str] | None
         dp_start_var=DP_START_RANK_VAR,
         env=dict(sorted((env or {}).items())),
         precheck=image_precheck(config, role, serve=True) if precheck else None,
+    )
+
+
+def replicas_script(config: KitConfig, role: Role, *, env: Mapping[str, str] | None = None) -> str:
+    """model.dp_lb router (issue 29): the node's part of every replica placed on it
+    (kit.plan.replicas): one `vllm serve` (exec'd), or several side by side on their own GPUs."""
+    parts = []
+    for replica in replicas_on(config, role.rank):
+        partial = len(replica.gpus) < config.gpus_per_node
+        cuda = None
+        if config.accelerator == "gpu" and partial and not replica_device_ids(config, replica):
+            cuda = ",".join(str(i) for i in replica.gpus)
+        parts.append(
+            {
+                "name": replica.name,
+                "api": replica.head == role.rank,
+                "port": replica.port,
+                "cuda": cuda,
+                "argv": replica_serve_argv(config, replica, role.rank),
+            }
+        )
+    return render(
+        "serve_replicas.sh.j2",
+        version=__version__,
+        node=role.rank,
+        what=describe(config),
+        replicas=parts,
+        replica_head=REPLICA_HEAD_VAR if any(r.spans_nodes for r in replicas_on(config, role.rank)) else None,
+        api_key_path=API_KEY_PATH if config.api_key_file else None,
+        env=dict(sorted((env or {}).items())),
     )

@@ -259,6 +259,18 @@ def check_slurm_config(config: KitConfig, sources: Mapping[str, str]) -> None:
             source=sources.get("supervise.enabled"),
             hint="use runtime docker or apptainer for a supervised job, or slurm.requeue to requeue a failed job",
         )
+    if config.model.dp_lb == "router":
+        # Issue 29, decided: SLURM requeues a whole job or one task of a job array, never one node
+        # or step of a running job (scontrol requeue; a heterogeneous job is requeued whole). The
+        # launcher that fits is one array task per replica plus the router as a job of its own;
+        # kit does not write it yet (docs/architecture.md, "Replicas under SLURM").
+        raise ConfigError(
+            "replicas behind a router (model.dp_lb: router) have no SLURM launcher yet",
+            key="model.dp_lb",
+            source=sources.get("model.dp_lb"),
+            hint="under SLURM use model.dp_lb: internal or hybrid (one DP group per job), or serve the "
+            "replicas with Docker (`kit up` + `kit serve`)",
+        )
     if config.network:
         raise ConfigError(
             "a Docker simulation network cannot be used under SLURM",

@@ -39,6 +39,13 @@ OTHER_VERBS = {
     "apptainer.cache_dir": "kit pull / kit build",
     "apptainer.tmp_dir": "kit pull / kit build",
     "enroot.image_dir": "kit pull",
+    # model.dp_lb router (issue 29): `kit up` / `kit serve`; kit slurm refuses router replicas.
+    "ports.replica": "kit serve (model.dp_lb router)",
+    "ports.router_metrics": "kit serve (model.dp_lb router)",
+    "replica_head": "kit up (model.dp_lb router)",
+    "router.image": "kit serve (model.dp_lb router)",
+    "router.policy": "kit serve (model.dp_lb router)",
+    "router.health_interval": "kit serve (model.dp_lb router)",
 }
 
 # Keys a job decides for itself: refused when set (their value, and the hint).

@@ -10,8 +10,11 @@ import json
 from typing import Any
 
 from kit.config import KitConfig
+from kit.images.vllm_releases import FAULT_TOLERANCE_SINCE, fmt
 from kit.plan.paths import API_KEY_PATH
+from kit.plan.replicas import Replica, replicas_on, router_mode
 from kit.plan.scripts import SERVE_LOG
+from kit.plan.vllm import REPLICA_HEAD_VAR
 
 RUN_DIR = "/tmp/kit/supervise"  # in every supervised node container
 SERVE_SCRIPT = "/tmp/kit/serve.sh"  # as kit.cluster.serving writes it
@@ -61,18 +64,74 @@ def plan_supervise(config: KitConfig) -> dict[str, Any]:
     }
 
 
-def supervise_json(config: KitConfig) -> str:
-    return json.dumps(plan_supervise(config), indent=1, sort_keys=True) + "\n"
+def supervise_json(config: KitConfig, *, node: int | None = None, router_url: str | None = None) -> str:
+    """The settings file; with router replicas (issue 29) that of node `node`'s replica."""
+    doc = plan_supervise(config) if node is None else plan_replica_supervise(config, node, router_url)
+    return json.dumps(doc, indent=1, sort_keys=True) + "\n"
+
+
+def plan_replica_supervise(config: KitConfig, node: int, router_url: str | None) -> dict[str, Any]:
+    """model.dp_lb router (issue 29): each replica is its own supervised group, so a dead one is
+    restarted alone while the others serve. Its coordinator runs on its first node (where its API
+    server is), its agents on its nodes; on a failure the coordinator takes it out of the router
+    at `router_url`, and puts it back once ready."""
+    replica = node_replica(config, node)
+    doc = plan_supervise(config)
+    doc.update(
+        {
+            "replica": replica.index,
+            "port": config.ports.supervisor,
+            "api_port": replica.port,
+            "nodes": [_node_name(rank) for rank in replica.nodes],
+            "engines": ["0"],  # one engine per replica (no DP group)
+            "coordinator_rank": replica.head,
+            "coordinator_address_env": REPLICA_HEAD_VAR if replica.spans_nodes else "VLLM_HOST_IP",
+            "router_url": router_url,
+        }
+    )
+    return doc
+
+
+def node_replica(config: KitConfig, node: int) -> Replica:
+    """The one replica on node `node` (supervised replicas fill whole nodes: kit.plan.checks)."""
+    found = replicas_on(config, node)
+    if len(found) != 1:
+        raise ValueError(f"node {node} holds {len(found)} replicas: supervised replicas need whole nodes")
+    return found[0]
+
+
+def _node_name(rank: int) -> str:
+    return "head" if rank == 0 else f"worker-{rank}"
 
 
 def supervised_text(config: KitConfig) -> str:
     """The dry run's supervision lines: kit's own words and numbers only (no configured value
     goes into a comment)."""
     nodes = supervised_nodes(config)
+    if router_mode(config):
+        return (
+            f"# {recovery_mechanism(config)}\n"
+            f"# on a failure: liveness {config.timeouts.liveness} s, at most {config.supervise.max_restarts} "
+            f"restart(s) in a row per replica, backoff {config.supervise.backoff} s doubling"
+        )
     return (
         f"# supervised: an agent on {len(nodes)} node(s) runs each script below in its own process group; "
         f"the coordinator on the head (port {config.ports.supervisor}) restarts the whole group\n"
         f"# on a failure: liveness {config.timeouts.liveness} s, at most {config.supervise.max_restarts} restart(s) "
         f"in a row, backoff {config.supervise.backoff} s doubling, counted afresh after {config.supervise.stable} s "
         "of serving"
+    )
+
+
+def recovery_mechanism(config: KitConfig) -> str:
+    """Which mechanism recovers a failed replica (issue 29), in kit's own words: kit's supervisor,
+    one group per replica. vLLM's own fault tolerance (--enable-fault-tolerance, from 0.27, external
+    load balancer only) keeps the surviving ranks of one DP group going; kit's replicas are no DP
+    group (no rank of one knows another), so it is not used, and the line says so."""
+    vllm = config.vllm.version
+    has = vllm >= FAULT_TOLERANCE_SINCE
+    return (
+        f"recovery: replica-level, by kit's supervisor ({config.dp} replica(s), each drained, restarted alone "
+        f"and readmitted); vLLM's fault tolerance {'exists in' if has else 'is not in'} vLLM {fmt(vllm)} "
+        f"(from {fmt(FAULT_TOLERANCE_SINCE)}) and is not used: the replicas are no DP group"
     )

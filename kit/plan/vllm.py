@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from kit.config import KitConfig
 from kit.images import vllm_releases as versions
+from kit.plan.replicas import Replica, router_mode
 from kit.plan.roles import Role
 from kit.render import Arg, EnvRef, option, positional
+
+# The first node of this node's replica (model.dp_lb router, a replica over several nodes).
+REPLICA_HEAD_VAR = "KIT_REPLICA_HEAD_ADDRESS"
 
 # Set by the serve script from KIT_NODE_RANK (node rank × DP ranks per node), so the same script
 # text runs on every worker and inside SLURM jobs.
@@ -64,14 +68,67 @@ def vllm_serve_argv(config: KitConfig, role: Role) -> list[Arg]:
     return argv
 
 
+def replica_serve_argv(config: KitConfig, replica: Replica, node: int) -> list[Arg]:
+    """model.dp_lb router (issue 29): one replica's `vllm serve` on node `node`, an independent
+    server of TP×PP (no DP flag: no rank of one replica knows another; vLLM's router in front
+    balances over them). Its API server on its first node, at ports.replica + its slot; a replica
+    over several nodes is vLLM's multi-node backend (--nnodes, --node-rank inside the replica,
+    --master-addr its first node), the other nodes --headless. On part of a node (several
+    replicas per node) it gets its own GPUs: --device-ids (vLLM >= 0.24) or CUDA_VISIBLE_DEVICES
+    (kit.plan.scripts)."""
+    m = config.model
+    argv: list[Arg] = ["vllm", "serve", positional(m.id, key="model.id")]
+    if node == replica.head:
+        argv += [
+            option("--served-model-name", config.served_name),
+            option("--host", "0.0.0.0" if config.api_listen == "all" else EnvRef("VLLM_HOST_IP")),
+            "--port",
+            str(replica.port),
+        ]
+        if m.api_servers != "auto":
+            argv += ["--api-server-count", str(m.api_servers)]
+    argv += ["--tensor-parallel-size", str(config.tp), "--pipeline-parallel-size", str(config.pp)]
+    if m.max_model_len is not None:
+        argv += ["--max-model-len", str(m.max_model_len)]
+    if replica.spans_nodes:
+        argv += [
+            "--nnodes",
+            str(len(replica.nodes)),
+            "--node-rank",
+            str(replica.rank_in(node)),
+            option("--master-addr", EnvRef(REPLICA_HEAD_VAR)),
+            "--master-port",
+            str(replica.master_port),
+        ]
+        if node != replica.head:
+            argv.append("--headless")
+    if replica_device_ids(config, replica):
+        argv.append(option("--device-ids", ",".join(str(i) for i in replica.gpus)))
+    argv += list(m.extra_args)
+    return argv
+
+
+def replica_device_ids(config: KitConfig, replica: Replica) -> bool:
+    """A replica on part of a node (or on a GPU selection) names its GPUs with --device-ids where
+    the image's parser (or, without a record, the release) has it; else the serve script sets
+    CUDA_VISIBLE_DEVICES."""
+    partial = len(replica.gpus) < config.gpus_per_node
+    return (
+        config.accelerator == "gpu"
+        and (partial or config.gpus != "all")
+        and versions.uses_device_ids(config.vllm.version, config.backend, config.image_options)
+    )
+
+
 def hybrid_lb(config: KitConfig) -> bool:
     """Hybrid DP load balancing (model.dp_lb): every node runs an API server over its local ranks."""
     return config.model.dp_lb == "hybrid" and config.backend == "mp" and config.dp > 1 and config.nodes > 1
 
 
 def serves_api(config: KitConfig, role: Role) -> bool:
-    """The head; with hybrid DP load balancing every node (each one then needs the API key)."""
-    return role.is_head or hybrid_lb(config)
+    """The head; with hybrid DP load balancing or router replicas every node (each one then needs
+    the API key: a replica's first node serves its API, and its supervisor speaks to the router)."""
+    return role.is_head or hybrid_lb(config) or router_mode(config)
 
 
 def container_gpu_ids(config: KitConfig) -> list[str]:

@@ -45,6 +45,8 @@ class LayoutFit:
 
     @property
     def kind(self) -> str:
+        if self.layout.router:
+            return "replicas"
         return "dp+ep" if self.layout.dp > 1 else "tp×pp"
 
     def to_dict(self) -> dict[str, Any]:
@@ -56,6 +58,8 @@ class LayoutFit:
     @property
     def name(self) -> str:
         lay = self.layout
+        if lay.router:
+            return f"{lay.dp}× TP{lay.tp}" + (f"×PP{lay.pp}" if lay.pp > 1 else "") + " (router)"
         if lay.dp > 1:
             return f"DP{lay.dp}+EP{lay.ep_size} (TP{lay.tp})" if lay.ep else f"DP{lay.dp} (TP{lay.tp})"
         return f"TP{lay.tp}×PP{lay.pp}"
@@ -65,6 +69,9 @@ class LayoutFit:
         args = ["--tensor-parallel-size", str(lay.tp)]
         if lay.pp > 1:
             args += ["--pipeline-parallel-size", str(lay.pp)]
+        if lay.router:  # each replica its own server (kit.plan.replicas); kit's router in front
+            span = max(1, lay.tp * lay.pp // self.gpus_per_node)
+            return [*args, *(["--nnodes", str(span)] if span > 1 else []), "--max-model-len", str(self.max_model_len)]
         if lay.dp > 1:
             args += ["--data-parallel-size", str(lay.dp), "--data-parallel-size-local", str(lay.dp // self.nodes)]
         if lay.ep:
@@ -88,6 +95,7 @@ def _layout(
     max_model_len: int,
     max_num_seqs: int,
     why_not: str = "",
+    router: bool = False,
 ) -> LayoutFit:
     total, worst_kv, _ = worst_stage(arch, weights, kv, tp=tp, pp=pp, ep=ep, seq_len=max_model_len)
     # Experts per GPU on the worst stage: the stage with the most layers holds the most.
@@ -100,7 +108,7 @@ def _layout(
     elif not why_not and per_replica < 1:
         why_not = f"one {max_model_len}-token sequence needs {format_bytes(worst_kv)} of KV per GPU"
     return LayoutFit(
-        layout=Layout(tp, pp, dp, ep > 1),
+        layout=Layout(tp, pp, dp, ep > 1, router=router),
         nodes=nodes,
         gpus_per_node=gpus_per_node,
         max_model_len=max_model_len,
@@ -131,6 +139,7 @@ def layout_candidates(
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
     kv_cache_dtype: str = "auto",
     overhead_bytes: int = DEFAULT_OVERHEAD_BYTES,
+    replicas: bool = False,
 ) -> tuple[LayoutFit, ...]:
     """Every TP×PP layout of the cluster, and for MoE models every DP+EP layout, with the
     weights, KV room and concurrent full-length sequences of each (pure; `kit plan`, `kit tune`).
@@ -145,7 +154,9 @@ def layout_candidates(
     data_parallel_deployment.md), and parallel.py refuses PP > 1 with elastic EP ("Elastic EP is
     not supported with pipeline parallelism"); kit does not plan DP × PP.
     Dense models get TP×PP layouts only: vLLM says non-MoE models should run independent
-    instances, not --data-parallel-size.
+    instances, not --data-parallel-size. With `replicas` (issue 29), those independent instances
+    too: DP ≥ 2 replicas of TP×PP behind kit's router, each on whole nodes (TP×PP a multiple of a
+    node's GPUs, TP over nodes included) or sharing a node (TP×PP dividing it).
     """
     if nodes < 1 or gpus_per_node < 1:
         raise ConfigError(f"{nodes} nodes × {gpus_per_node} GPUs", key="nodes", hint="use ≥ 1 of each")
@@ -180,7 +191,27 @@ def layout_candidates(
             if arch.moe.num_experts % ep:
                 why = f"{arch.moe.num_experts} experts do not divide by EP {ep} (= TP {tp} × DP {dp})"
             out.append(_layout(arch, weights, kv, tp=tp, pp=1, dp=dp, ep=ep, why_not=why, **common))
+    if replicas:
+        out += _replica_candidates(arch, weights, kv, tps, gpus, common)
     return tuple(out)
+
+
+def _replica_candidates(
+    arch: Architecture, weights: WeightEstimate, kv: KVEstimate, tps: list[int], gpus: int, common: dict[str, Any]
+) -> list[LayoutFit]:
+    """DP ≥ 2 independent replicas: TP (a divisor of a node) × PP, or TP over whole nodes."""
+    per_node = int(common["gpus_per_node"])
+    shapes = {(tp, pp) for tp in tps for pp in (1, *range(2, gpus // tp + 1)) if tp * pp <= gpus}
+    shapes |= {(t, 1) for t in range(2 * per_node, gpus + 1, per_node) if valid_tp(arch, t)}
+    out = []
+    for tp, pp in sorted(shapes, key=lambda s: (-s[0], s[1])):
+        size = tp * pp
+        if gpus % size or gpus // size < 2 or pp > arch.num_layers:
+            continue
+        if (size < per_node and per_node % size) or (size > per_node and size % per_node):
+            continue
+        out.append(_layout(arch, weights, kv, tp=tp, pp=pp, dp=gpus // size, ep=1, router=True, **common))
+    return out
 
 
 def pick_layout(candidates: Sequence[LayoutFit]) -> tuple[LayoutFit | None, str]:
@@ -200,7 +231,7 @@ def pick_layout(candidates: Sequence[LayoutFit]) -> tuple[LayoutFit | None, str]
     best = max(fitting, key=rank)
     others = [c for c in fitting if c.kind != best.kind]
     if not others:
-        missing = "DP+EP" if best.layout.dp == 1 else "TP×PP"
+        missing = {"tp×pp": "DP+EP", "dp+ep": "TP×PP", "replicas": "single-server"}[best.kind]
         why = next((c.why_not for c in candidates if c.kind != best.kind), "")
         return best, f"{best.name} is the best fitting layout; no {missing} layout fits" + (f" ({why})" if why else "")
     rival = max(others, key=rank)
@@ -211,6 +242,13 @@ def pick_layout(candidates: Sequence[LayoutFit]) -> tuple[LayoutFit | None, str]
     if best.scheduled_seqs == rival.scheduled_seqs:
         fewer = best.layout.pp < rival.layout.pp
         reason = f"same concurrency with {'fewer pipeline stages' if fewer else 'more KV room'}"
+    elif best.layout.router and rival.scheduled_seqs < rival.max_concurrent_seqs:
+        reason = (
+            f"one server schedules at most max-num-seqs {rival.max_num_seqs}; {best.layout.dp} replicas "
+            "behind the router each schedule their own"
+        )
+    elif best.layout.router:
+        reason = "smaller replicas keep more KV room per GPU, and a failed one is restarted alone"
     elif best.layout.dp > 1 and rival.scheduled_seqs < rival.max_concurrent_seqs:
         reason = (
             f"one TP×PP engine schedules at most max-num-seqs {rival.max_num_seqs}; "
@@ -218,6 +256,8 @@ def pick_layout(candidates: Sequence[LayoutFit]) -> tuple[LayoutFit | None, str]
         )
     elif best.layout.dp > 1:
         reason = "experts split over all GPUs by EP leave more KV room on every DP rank"
+    elif rival.layout.router:
+        reason = "every replica holds a whole copy of the weights, leaving less KV room"
     else:
         reason = "DP+EP copies attention and dense weights on every DP rank, leaving less KV room"
     return best, f"{line}: {reason}"

@@ -240,7 +240,9 @@ def load_config(directory: str, environ: dict[str, str] | None = None) -> AgentC
     doc = json.loads(Path(directory, "supervise.json").read_text())
     token = Path(directory, "token").read_text().strip()
     role, rank = env.get("KIT_ROLE", "head"), int(env.get("KIT_NODE_RANK", "0") or 0)
-    head = env.get("KIT_HEAD_ADDRESS") or env.get("VLLM_HOST_IP") or "127.0.0.1"
+    # The coordinator is on the head, or (router replicas, issue 29) on the replica's first node.
+    where = str(doc.get("coordinator_address_env", "KIT_HEAD_ADDRESS"))
+    head = env.get(where) or env.get("VLLM_HOST_IP") or "127.0.0.1"
     return AgentConfig(
         url=f"http://{head}:{int(doc['port'])}",
         token=token,

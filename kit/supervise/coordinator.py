@@ -45,6 +45,11 @@ from kit.supervise import policy, protocol, watch
 from kit.supervise.control import MAX_CONNECTIONS, REQUEST_S, ControlServer
 from kit.supervise.policy import Seen, Settings, State, Tick
 
+# model.dp_lb router (issue 29): a restarted replica goes back into the router once it answers a
+# one-token request (its /health answers before its engine has computed anything); tries, pause.
+READMIT_TRIES = 3
+READMIT_PAUSE_S = 3.0
+
 
 def ray_alive_source() -> str:
     """kit/supervise/ray_alive.py's text, from the bundle (a zip) or the package alike. Ray
@@ -68,6 +73,9 @@ class CoordinatorConfig:
     ray_address: str | None = None  # Ray backend: HOST:GCS_PORT
     ray_nodes: int = 0
     interval_s: float = 1.0
+    # model.dp_lb router (issue 29): this group is one replica behind vLLM's router at this URL,
+    # which the coordinator takes it out of on a failure and puts it back into once ready.
+    router_url: str | None = None
 
 
 def load_config(directory: str, environ: dict[str, str] | None = None) -> CoordinatorConfig:
@@ -97,6 +105,7 @@ def load_config(directory: str, environ: dict[str, str] | None = None) -> Coordi
         settings=settings,
         ray_address=f"{host}:{int(ray['gcs_port'])}" if ray else None,
         ray_nodes=int(ray["nodes"]) if ray else 0,
+        router_url=str(doc["router_url"]) if doc.get("router_url") else None,
     )
 
 
@@ -136,6 +145,7 @@ class Coordinator:
         self.last_verdicts = ""
         self.stall: dict[str, tuple[tuple[float | None, float | None], float]] = {}
         self.bound: tuple[Any, ...] = ()
+        self.routed = False  # model.dp_lb router: this replica is in the router
         self.save_error: str | None = None
         self.server: ControlServer | None = None
         self.state = self._load_state()
@@ -177,6 +187,8 @@ class Coordinator:
             "max_restarts": self.settings.max_restarts,
             "agents": self._agents_view(),
         }
+        if self.config.router_url is not None:
+            doc["router"] = {"url": self.config.router_url, "replica": self.config.api_url, "routed": self.routed}
         try:
             safefile.write_atomic(self._path("state.json"), json.dumps(doc, sort_keys=True))
             self.save_error = None
@@ -204,7 +216,7 @@ class Coordinator:
         if not events:
             return
         try:
-            with self._path("events.jsonl").open("a") as handle:
+            with self.lock, self._path("events.jsonl").open("a") as handle:
                 for event in events:
                     handle.write(event.line() + "\n")
         except OSError as exc:  # the events still reach the output below
@@ -266,7 +278,54 @@ class Coordinator:
             )
             events = policy.step(self.state, tick, self.settings)
         self._record(events)
+        for event in events:
+            if event.kind == "detected":
+                self._route("remove", event)
+            elif event.kind == "ready":
+                self._route("add", event)
         self._save()
+
+    def _route(self, action: str, cause: ev.Event) -> None:
+        """Replica-level recovery (issue 29): out of the router at once on a failure (the endpoint
+        keeps answering from the other replicas), back in once ready; in a thread (the router
+        checks a replica's /health before adding it), its outcome an event of its own."""
+        router = self.config.router_url
+        if router is None:
+            return
+
+        def run() -> None:
+            started = self.clock()
+            problem = None
+            for _ in range(READMIT_TRIES if action == "add" else 0):  # in service once it answers a request
+                answer = self.probe("0")
+                problem = None if answer.error is None else f"it did not answer a one-token request: {answer.error}"
+                if problem is None or self.state.generation != cause.generation or self.state.phase != "serving":
+                    break  # answered, or its failure is being handled (the next `ready` readmits it)
+                time.sleep(READMIT_PAUSE_S)
+            unanswered = problem is not None  # the replica's own failure: its liveness check acts on it
+            problem = problem or watch.route(
+                router, action, self.config.api_url, api_key_path=self.config.api_key_path, deadline_s=40.0
+            )
+            kind = "drained" if action == "remove" else "readmitted"
+            took = round(self.clock() - started, 2)
+            if problem is None:
+                where = "out of" if action == "remove" else "back into"
+                reason = f"replica {self.config.api_url} {where} the router at {router}"
+            else:
+                kind, reason = "route-failed", f"cannot {action} replica {self.config.api_url}: {problem}"
+            data: dict[str, Any] = {"took_s": took}
+            if problem is not None:
+                # A refusal kit serve --supervise stops on: the router refused a replica that answered
+                # and still serves the generation it was asked for (a replica restarted meanwhile
+                # fails its /health check at the router: that is its restart's, not the router's).
+                superseded = self.state.generation != cause.generation or self.state.phase != "serving"
+                data["router_refused"] = not unanswered and not superseded
+            event = ev.Event(self.wall(), kind, reason, cause.generation, cause.restarts, data=data)
+            with self.lock:
+                self.routed = action == "add" and problem is None
+                self._record([event])
+
+        threading.Thread(target=run, daemon=True).start()
 
     def _judge(self) -> list[liveness.Verdict]:
         observation = self.observe()

@@ -13,6 +13,12 @@ Kinds, in the order a failure produces them:
   restarting   restart K of max_restarts, after the backoff
   given-up     the restart limit was reached: everything stopped (details: the last log lines)
   stopped      supervision was stopped on purpose (kit serve interrupted, --replace, ctl stop)
+
+With replicas behind vLLM's router (model.dp_lb router, issue 29) each replica is its own group
+with its own coordinator (on its first node), and two more kinds record the router's side:
+  drained      the replica was taken out of the router on `detected` (the others keep answering)
+  readmitted   the replica was put back into the router on `ready`
+  route-failed the router could not be told (it then judges the replica by its own health checks)
 """
 
 from __future__ import annotations
@@ -24,7 +30,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 EVENT_MARK = "KIT_EVENT"
-KINDS = ("supervising", "started", "ready", "detected", "stopping", "waiting", "restarting", "given-up", "stopped")
+KINDS = (
+    "supervising",
+    "started",
+    "ready",
+    "detected",
+    "stopping",
+    "waiting",
+    "restarting",
+    "given-up",
+    "stopped",
+    "drained",
+    "readmitted",
+    "route-failed",
+)
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,12 @@ def _doc(directory: str) -> dict[str, object]:
 
 
 def _has_coordinator(directory: str) -> bool:
-    return os.environ.get("KIT_ROLE", "head") == "head" and bool(_doc(directory).get("coordinator", True))
+    """The head runs the coordinator; with router replicas (issue 29) each replica's first node
+    runs its own (supervise.json's coordinator_rank)."""
+    doc = _doc(directory)
+    if "coordinator_rank" in doc:
+        return os.environ.get("KIT_NODE_RANK", "0") == str(doc["coordinator_rank"])
+    return os.environ.get("KIT_ROLE", "head") == "head" and bool(doc.get("coordinator", True))
 
 
 def _has_agent(directory: str) -> bool:

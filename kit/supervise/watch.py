@@ -100,6 +100,24 @@ def probe(
     )
 
 
+def route(router: str, action: str, replica: str, *, api_key_path: str | None, deadline_s: float) -> str | None:
+    """Take this replica out of vLLM's router ("remove") or put it back ("add"; the router checks
+    its /health first): None when done, else why not (model.dp_lb router, issue 29)."""
+    from urllib.parse import quote
+
+    key = _read_key(api_key_path)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    url = f"{router}/{action}_worker?url={quote(replica, safe='')}"
+    try:
+        status, answer = fetch(url, deadline_s=deadline_s, max_bytes=64 * 1024, method="POST", headers=headers)
+    except ServerError as err:
+        return err.message
+    text = answer.decode("utf-8", errors="replace").strip().replace("\n", " ")[:160]
+    if status == 200 or (action == "add" and status == 400 and "already exists" in text):
+        return None
+    return f"the router answered {status}: {text}"
+
+
 def _read_key(path: str | None) -> str | None:
     """The key, read at each probe (a rotated key is picked up) through the bounded loader (a
     FIFO is not waited on); registered for redaction, so an answer echoing it is not logged."""

@@ -16,7 +16,7 @@ import pytest
 
 from kit.bench import dataset, schedule
 from kit.bench.client import Connection, ConnectionLost, Endpoint, ProtocolError, ResponseParser, new_event_loop
-from kit.bench.metrics import RequestRecord
+from kit.bench.metrics import RequestRecord, compute
 from kit.bench.runner import BUDGET_STOP, Runner, Target
 from tests.unit.fake_stream import FakeVLLM, closed_port_url
 
@@ -228,6 +228,16 @@ def test_401_stops_the_run(fake_server: str) -> None:
 def test_a_refused_connection_stops_the_run() -> None:
     run = runner_for(closed_port_url()).run(dataset.fixed(5, 2, 2), ALL)
     assert run.stopped == "the server stopped answering (connection refused)" and run.not_sent == 4
+
+
+def test_keep_going_counts_and_times_every_failure_instead_of_stopping() -> None:
+    """Issue 29: the load of a failover measurement goes on through refused connections."""
+    target = Target(closed_port_url(), "tiny", api_key="sk-test", keep_going=True)
+    run = Runner(target).run(dataset.fixed(5, 2, 2), schedule.LoadPoint(20.0, 2))
+    assert run.stopped is None and run.not_sent == 0 and len(run.records) == 5
+    assert all(r.error == "connection refused" and r.failed_after >= 0 for r in run.records)
+    failures = compute(run.records, run.duration)["failures"]
+    assert failures["count"] == 5 and 0 <= failures["first_s"] <= failures["last_s"]
 
 
 @pytest.mark.parametrize(

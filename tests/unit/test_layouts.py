@@ -171,7 +171,7 @@ def test_plan_text_compares_layouts_and_explains_the_pick() -> None:
         assert name in section
     assert "weights/GPU (dense + experts)" in section and "KV room/GPU" in section and "runs at once" in section
     line = next(x for x in section.splitlines() if "recommended:" in x)
-    assert "DP16+EP16 (TP1) runs 496 concurrent 32768-token sequences vs 256 for TP2×PP8" in line
+    assert "DP16+EP16 (TP1) runs 496 concurrent 32768-token sequences vs 262 for 2× TP1×PP8 (router)" in line
     assert "--data-parallel-size 16 --data-parallel-size-local 8 --enable-expert-parallel" in section
     # one recommendation only: the smallest-fit block defers to the layout comparison
     assert "Recommendation" not in out and out.index("Fewest nodes, largest TP") < out.index("Layouts on")
@@ -181,9 +181,11 @@ def test_plan_text_compares_layouts_and_explains_the_pick() -> None:
 def test_plan_json_carries_every_candidate() -> None:
     doc = json.loads(plan(*DEEPSEEK, "--max-model-len", "32768", "--json"))
     layouts = doc["result"]["layouts"]
-    assert layouts["recommended"] == "DP16+EP16 (TP1)" and "max-num-seqs" in layouts["why"]
+    assert layouts["recommended"] == "DP16+EP16 (TP1)" and "EP" in layouts["why"]
     cands = layouts["candidates"]
-    assert len(cands) == 8
+    assert len([c for c in cands if c["kind"] != "replicas"]) == 8
+    replicas = [c for c in cands if c["kind"] == "replicas"]  # issue 29: replicas behind a router
+    assert replicas and all(c["dp"] >= 2 and c["ep"] == 1 for c in replicas)
     for c in cands:
         for key in ("tp", "pp", "dp", "ep", "weights_per_gpu", "kv_room_per_gpu", "max_concurrent_seqs", "fits"):
             assert key in c
@@ -193,9 +195,11 @@ def test_plan_json_carries_every_candidate() -> None:
     assert "layer_expert_bytes" not in doc["result"]["weights"]
 
 
-def test_plan_refused_layouts_say_why_and_dense_has_none() -> None:
+def test_plan_refused_layouts_say_why_and_dense_compares_replicas() -> None:
     out = plan(str(MODELS / "wizardlm-2-8x22b"), "--gpu", "H100-80GB", "--nodes", "2", "--max-model-len", "4096")
-    assert "8 experts do not divide by EP 16" in out and "no DP+EP layout fits" in out
+    assert "8 experts do not divide by EP 16" in out
+    # A dense model: TP×PP against replicas behind the router (issue 29), no DP+EP.
     doc = json.loads(plan(str(MODELS / "qwen2.5-7b"), "--gpu", "A100-80GB", "--json"))
-    assert doc["result"]["layouts"] is None
-    assert "Layouts on" not in plan(str(MODELS / "qwen2.5-7b"), "--gpu", "A100-80GB")
+    kinds = {c["kind"] for c in doc["result"]["layouts"]["candidates"]}
+    assert kinds == {"tp×pp", "replicas"}
+    assert "(router)" in plan(str(MODELS / "qwen2.5-7b"), "--gpu", "A100-80GB")

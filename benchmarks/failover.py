@@ -1,0 +1,186 @@
+"""Replicas behind one endpoint vs today's whole-group restart (issue 29), side by side on one
+2-node CPU cluster in one run, and what vLLM's router adds to TTFT.
+
+Topology: two container "nodes" on a private Docker network, vLLM's CPU build, mp backend, the
+tiny random-weight Llama (`kit demo --prepare-only`), `--enforce-eager`, an API key, and
+`kit serve --supervise` (timeouts.liveness 20 s, supervise.backoff 2 s). The load: kit's bench
+runner with --keep-going (every failure counted and timed), `--rate` requests a second, at most
+4 in flight, streaming 16 tokens each.
+
+  replicas  model.dp_lb router, TP=1 × DP=2: one replica per node behind kit's router (its
+            endpoint at .9); kill -9 of replica 1's engine (on the worker): its coordinator
+            drains it, restarts it alone, readmits it.
+  group     model.dp_lb internal, DP=2 (today's DP group: one API server on the head over both
+            engines); kill -9 of the worker's engine: the coordinator restarts the whole group.
+  outage    from the fault to the replica's `readmitted` (replicas) / the group's `ready` (group):
+            requests sent, answered (whole answers), availability = answered / sent; goal with two
+            replicas: availability >= 0.9.
+  overhead  TTFT at concurrency 1 through the router vs straight at replica 0 (rounds alternate):
+            p50 added by the router; goal <= 2 ms.
+
+    python benchmarks/failover.py [--rate 2] [--overhead-requests 40] [--rounds 3] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import docker
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from kit.bench.dataset import Prompt  # noqa: E402
+from kit.bench.runner import Runner, Target  # noqa: E402
+from kit.bench.schedule import LoadPoint  # noqa: E402
+from tests.integration import replicas_support as rep  # noqa: E402
+from tests.integration import supervise_support as sup  # noqa: E402
+from tests.integration.clusters import two_node_mp_env  # noqa: E402
+
+KEY = "kit-failover-benchmark-key"
+SUPERVISE = {
+    "KIT_TIMEOUTS_LIVENESS": "20",  # the first request of a fresh CPU engine took > 5 s under load
+    "KIT_TIMEOUTS_JOIN": "240",
+    "KIT_SUPERVISE_MAX_RESTARTS": "3",
+    "KIT_SUPERVISE_BACKOFF": "2",
+    "KIT_SUPERVISE_STABLE": "15",
+    "KIT_MODEL_TP": "1",
+    "KIT_MODEL_DP": "2",
+}
+
+
+def kit(args: list[str], env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "kit", *args], capture_output=True, text=True, env=env, timeout=timeout, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"kit {' '.join(args)} failed: {done.stderr[-2000:]}")
+    return done
+
+
+def outage(client: Any, name: str, url: str, rate: float, events_in: str, until: str) -> dict[str, Any]:
+    """Load, kill -9 the worker's engine, wait for `until` in the coordinator of `events_in`."""
+    load = rep.Load(url, KEY, rate=rate, concurrency=4, seconds=400).start()
+    time.sleep(8)
+    worker = client.containers.get(f"kit-{name}-worker-1")
+    fault = time.time()
+    sup.signal_title(worker, "KILL", "VLLM::EngineCore")
+    box = client.containers.get(f"kit-{name}-{events_in}")
+    done = sup.wait_event(lambda: box, until, after=fault, timeout=400)
+    detected = sup.wait_event(lambda: box, "detected", after=fault - 1, timeout=10)
+    time.sleep(3)
+    load.stop()
+    summary = load.summary(fault, done.ts)
+    return {
+        "detect_s": round(detected.ts - fault, 1),
+        "back_s": round(done.ts - fault, 1),
+        **summary,
+    }
+
+
+def ttfts(url: str, n: int) -> list[float]:
+    prompts = [Prompt(({"role": "user", "content": f"overhead {i}"},), 4, 8) for i in range(n)]
+    run = Runner(Target(url, "tiny", api_key=KEY, timeout_s=60)).run(prompts, LoadPoint(math.inf, 1))
+    return [r.ttft for r in run.records if r.success]
+
+
+def wait_routed(router: str, count: int, timeout: float = 300) -> None:
+    """Every replica in the router and healthy (were one to fail after its readmission, its
+    coordinator restarts and readmits it)."""
+    from kit.net import router as router_api
+
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        got = router_api.replicas(router, KEY)
+        if len(got) == count and all(w.healthy for w in got):
+            return
+        time.sleep(2)
+    raise RuntimeError(f"not every replica routed and healthy within {timeout} s")
+
+
+def overhead(router: str, direct: str, n: int, rounds: int) -> dict[str, Any]:
+    via: list[float] = []
+    straight: list[float] = []
+    ttfts(router, 10)  # warm both replicas through the router, then the direct path
+    ttfts(direct, 5)
+    for i in range(rounds):
+        for which in (router, direct) if i % 2 == 0 else (direct, router):
+            (via if which == router else straight).extend(ttfts(which, n))
+    if not via or not straight:
+        raise RuntimeError(f"no answered request to time ({len(via)} via the router, {len(straight)} direct)")
+    p50_via, p50_direct = statistics.median(via), statistics.median(straight)
+    return {
+        "requests": [len(via), len(straight)],
+        "ttft_p50_router_ms": round(p50_via * 1000, 2),
+        "ttft_p50_direct_ms": round(p50_direct * 1000, 2),
+        "added_p50_ms": round((p50_via - p50_direct) * 1000, 2),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rate", type=float, default=2.0)
+    parser.add_argument("--overhead-requests", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--subnet-octet", type=int, default=231)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    client = docker.from_env()
+    root = Path(tempfile.mkdtemp(prefix="kit-failover-"))
+    key_file = root / "api_key"
+    key_file.write_text(KEY + "\n")
+    key_file.chmod(0o600)
+    env = {**os.environ, "KIT_STATE_DIR": str(root / "state")}
+    hf = json.loads(kit(["demo", "--prepare-only", "--json"], env).stdout)["result"]["hf_cache"]
+    name = f"kfail{os.getpid() % 10000}"
+    env.update(two_node_mp_env(name, hf, key_file, second_octet=args.subnet_octet))
+    env.update(SUPERVISE)
+    routed = {**env, "KIT_MODEL_DP_LB": "router"}
+    out: dict[str, Any] = {}
+    try:
+        rep.ensure_router_image(client, lambda *a: kit(list(a), env), root)
+        for role in ("--worker", "--head"):
+            kit(["up", role], routed)
+        served = json.loads(kit(["serve", "--supervise", "--detach", "--json"], routed, 900).stdout)["result"]
+        url = served["url"]
+        head_ip = client.containers.get(f"kit-{name}-head").labels["kit.node-ip"]
+        wait_routed(url, 2)
+        out["overhead"] = overhead(url, f"http://{head_ip}:8100", args.overhead_requests, args.rounds)
+        wait_routed(url, 2)
+        out["replicas"] = outage(client, name, url, args.rate, "worker-1", "readmitted")
+        kit(["down"], routed)  # today's whole-group restart on fresh nodes of the same shape
+        for role in ("--worker", "--head"):
+            kit(["up", role], env)
+        kit(["serve", "--supervise", "--detach"], env, 900)
+        out["group"] = outage(client, name, f"http://{head_ip}:8000", args.rate, "head", "ready")
+    finally:
+        subprocess.run([sys.executable, "-m", "kit", "down"], env=env, capture_output=True, check=False)
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print("outage after kill -9 of one engine under load (fault -> back in service)")
+    print(f"{'':10} {'detect s':>9} {'back s':>7} {'sent':>5} {'answered':>9} {'availability':>13}")
+    for what in ("replicas", "group"):
+        r = out[what]
+        cells = f"{r['detect_s']:>9} {r['back_s']:>7} {r['sent']:>5} {r['answered']:>9} {r['availability']:>13}"
+        print(f"{what:10} {cells}")
+    o = out["overhead"]
+    print(
+        f"router overhead: TTFT p50 {o['ttft_p50_router_ms']} ms via the router vs {o['ttft_p50_direct_ms']} ms "
+        f"direct: +{o['added_p50_ms']} ms ({o['requests'][0]} / {o['requests'][1]} requests)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
