@@ -1,8 +1,8 @@
 """kit's small on-disk state: where it lives and the one record-file store.
 
 The state folder is $KIT_STATE_DIR, else $XDG_STATE_HOME/kit, else ~/.local/state/kit. Record
-files (images.json: kit/images/records.py; models.json: kit/models/records.py) map a key to a
-JSON record; writes are atomic (temp file + rename).
+files (images.json: kit/images/records.py; models.json: kit/models/records.py; clusters.json:
+kit/cluster/record.py) map a key to a JSON record; writes are atomic (temp file + rename).
 """
 
 from __future__ import annotations
@@ -49,10 +49,21 @@ def write_record(path: Path, key: str, fields: dict[str, Any], what: str, rewrit
         "recorded_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "kit_version": __version__,
     }
+    _update(path, what, rewritten_by, lambda data: data.__setitem__(key, record))
+    return record
+
+
+def drop_record(path: Path, key: str, what: str, rewritten_by: str) -> None:
+    """Remove `key` from a record file (nothing to do when it is not there)."""
+    if key in read_records(path, what, rewritten_by):
+        _update(path, what, rewritten_by, lambda data: data.pop(key, None))
+
+
+def _update(path: Path, what: str, rewritten_by: str, change: Any) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         data = read_records(path, what, rewritten_by)
-        data[key] = record
+        change(data)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".json", dir=path.parent)
         with os.fdopen(fd, "w") as handle:
             json.dump(data, handle, indent=2, sort_keys=True)
@@ -63,4 +74,3 @@ def write_record(path: Path, key: str, fields: dict[str, Any], what: str, rewrit
             f"cannot write kit's {what} record {path}: {exc.strerror or exc}",
             hint="set KIT_STATE_DIR to a writable folder",
         ) from None
-    return record

@@ -9,11 +9,12 @@ from typing import Any
 import click
 
 from kit.cluster import Cluster
+from kit.cluster.running import key_hint
 from kit.commands._options import cluster_overrides, config_options, json_option
 from kit.commands._params import Count, KitCommand, Number, Url, readable
 from kit.errors import UsageError
 from kit.net import openai as client
-from kit.output import emit
+from kit.output import emit, warn
 from kit.render import shell_words
 
 
@@ -70,23 +71,32 @@ def command(
     """List models (/v1/models) and send one chat completion (/v1/chat/completions); print the
     answer, latency and tokens/s.
 
+    It asks the cluster that runs at the port and with the key file it was started with (its
+    labels and kit's record), so `kit query --cluster demo` works from any folder.
+
     \b
     Examples:
       kit query
+      kit query --cluster demo
       kit query --prompt "What is NCCL?" --max-tokens 64 --stream
       kit query --url http://127.0.0.1:8000 --api-key-file ~/.kit/api_key
       kit query --tunnel-hint --login-host login.cluster.example
     """
     readable(api_key_file, "--api-key-file")
-    target = Cluster.load(config_path, cluster_overrides(cluster, set_values))
-    config = target.config
-    base = (url or target.url()).rstrip("/")
+    target = Cluster.find(config_path, cluster_overrides(cluster, set_values))
+    running = target.running()
+    operated = target.operated(running)  # the cluster's port, served name and key file (issue 25)
+    config = operated.config
+    warn([d.line(target.name) for d in target.drift(running)], as_json=as_json)
+    base = (url or target.url(list(running.nodes))).rstrip("/")
     if tunnel:
         argv, _ = tunnel_argv(base, login_host)
         emit("query", {"url": base, "tunnel": shell_words(argv)}, as_json=as_json, text=tunnel_hint(base, login_host))
         return
-    key = client.read_key(api_key_file or config.api_key_file)
-    models = client.list_models(base, key)
+    key_file = api_key_file or config.api_key_file
+    key = client.read_key(key_file)
+    with key_hint(None if url else target.name, key_file, "flag --api-key-file" if api_key_file else operated.sources["api_key_file"]):
+        models = client.list_models(base, key)
     name = model or (models[0]["id"] if models else config.served_name)
     streamed: list[str] = []
 

@@ -17,6 +17,7 @@ never probe for features: a runtime that cannot do something says so from the me
 from __future__ import annotations
 
 import abc
+import secrets
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -239,6 +240,38 @@ class ImageStore(abc.ABC):
         """Remove the local image (a tag, or a file and its record); False when it was not there."""
 
 
+# ---- commands run inside containers: bounded there, and ended when kit goes away (issue 25) ----
+
+EXEC_TIMEOUT_S = 120.0  # the deadline of an exec whose caller names none
+EXEC_GRACE_S = 5.0  # the client waits this much longer than the in-container deadline
+EXEC_MARK = "KIT_EXEC_ID"  # in the environment of every process one exec starts
+# `docker exec` does not end the process it started when its client goes away (Ctrl-C, a
+# timeout), so the deadline is kept inside the container: coreutils `timeout` (SIGTERM, then
+# SIGKILL 2 s later, to the process group it makes) when the image has it. $1 is the deadline;
+# the command follows as words (nothing is interpolated).
+BOUNDED = 't="$1"; shift; if command -v timeout >/dev/null 2>&1; then exec timeout -k 2 "$t" "$@"; fi; exec "$@"'
+# Ends every process of one exec, found by the mark in its environment (children inherit it), so
+# an interrupted kit leaves nothing behind: $1 is the mark's value (kit's own hex).
+END_EXEC = (
+    'for d in /proc/[0-9]*; do grep -qsaF "$1" "$d/environ" && kill -KILL "${d#/proc/}" 2>/dev/null; done; exit 0'
+)
+
+
+def new_exec_mark() -> str:
+    """A value for EXEC_MARK unique to one exec (fixed length: no mark is a prefix of another)."""
+    return secrets.token_hex(12)
+
+
+def bounded_argv(argv: Sequence[str], timeout_s: float) -> list[str]:
+    """`argv` run under a deadline of `timeout_s` seconds inside the container."""
+    return ["sh", "-c", BOUNDED, "kit-exec", f"{max(1.0, timeout_s):.0f}", *argv]
+
+
+def end_exec_argv(mark: str) -> list[str]:
+    """The command that ends every process of the exec marked `mark`."""
+    return ["sh", "-c", END_EXEC, "kit-end-exec", f"{EXEC_MARK}={mark}"]
+
+
 # ---- containers ------------------------------------------------------------------------------
 
 
@@ -265,7 +298,11 @@ class ContainerRuntime(abc.ABC):
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
     ) -> ExecResult:
-        """Run argv inside the node's container and wait for it."""
+        """Run argv inside the node's container and wait for it, at most `timeout` seconds
+        (EXEC_TIMEOUT_S when None): the deadline holds inside the container (bounded_argv), and
+        an exec that is interrupted or outlives it is ended there (end_exec_argv), so no process
+        of it is left behind (issue 25). Past the deadline the result's returncode is 124 or 137
+        (coreutils `timeout`)."""
 
     @abc.abstractmethod
     def exec_detached(self, node: NodeHandle, argv: Sequence[str]) -> None:

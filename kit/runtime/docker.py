@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import json
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,6 +35,9 @@ from kit.plan.container_args import to_docker_kwargs
 from kit.plan.node import ContainerSpec
 from kit.render import shell_words
 from kit.runtime.base import (
+    EXEC_GRACE_S,
+    EXEC_MARK,
+    EXEC_TIMEOUT_S,
     BuildPlan,
     BuildResult,
     ContainerRuntime,
@@ -45,6 +49,9 @@ from kit.runtime.base import (
     Progress,
     PullPlan,
     PullResult,
+    bounded_argv,
+    end_exec_argv,
+    new_exec_mark,
 )
 
 LABEL_MANAGED = "kit.managed=true"
@@ -376,8 +383,12 @@ class DockerRuntime(ContainerRuntime, ImageStore):
                 last_line = lines[-1]
                 on_progress(last_line)
             container.reload()
-            if container.status in ("exited", "dead"):
+            # With the restart policy (kit.plan.container_args) a node that exits comes back as
+            # "restarting": before it was ready that is a failure too, and Docker must not keep
+            # restarting it (its output stays for `kit logs`).
+            if container.status in ("exited", "dead", "restarting") or container.attrs.get("RestartCount"):
                 code = container.attrs.get("State", {}).get("ExitCode")
+                self._no_restart(container)
                 raise StartError(
                     f"{name} exited (code {code}) before {what}",
                     details=lines[-20:],
@@ -390,6 +401,16 @@ class DockerRuntime(ContainerRuntime, ImageStore):
                     hint="check the other nodes and `kit status`; raise timeouts.join",
                 )
             time.sleep(0.5)
+
+    def _no_restart(self, container: Any) -> None:
+        """Turn the restart policy off and leave the container stopped."""
+        docker = _docker()
+        try:
+            container.update(restart_policy={"Name": "no"})
+            if container.status == "restarting":
+                container.stop(timeout=5)
+        except docker.errors.APIError:
+            pass  # gone meanwhile: nothing is restarting
 
     def find_nodes(self, cluster: str) -> list[NodeHandle]:
         containers = self.client.containers.list(all=True, filters={"label": [LABEL_MANAGED, f"kit.cluster={cluster}"]})
@@ -427,14 +448,31 @@ class DockerRuntime(ContainerRuntime, ImageStore):
         container = self.find_container(node.name)
         if container is None:
             raise StartError(f"{node.name} does not exist", hint="start it with `kit up`")
-        exec_id = self._exec_create(node, container.id, list(argv), environment=dict(env or {}))
-        out, err = self.api.exec_start(exec_id, demux=True)
-        code = self.api.exec_inspect(exec_id).get("ExitCode")
+        limit = EXEC_TIMEOUT_S if timeout is None else timeout
+        mark = new_exec_mark()
+        environment = {**(env or {}), EXEC_MARK: mark}
+        exec_id = self._exec_create(node, container.id, bounded_argv(argv, limit), environment=environment)
+        try:
+            out, err = _within(lambda: self.api.exec_start(exec_id, demux=True), limit + EXEC_GRACE_S, node.name)
+            code = self.api.exec_inspect(exec_id).get("ExitCode")
+        except BaseException:
+            # Interrupted (Ctrl-C, SIGTERM) or the engine stopped answering: end what the exec
+            # started inside the container, which docker would leave running (issue 25).
+            self._end_exec(container.id, mark)
+            raise
         return ExecResult(
             returncode=int(code if code is not None else -1),
             stdout=(out or b"").decode(errors="replace"),
             stderr=(err or b"").decode(errors="replace"),
         )
+
+    def _end_exec(self, container_id: str, mark: str) -> None:
+        """Kill every process of the exec marked `mark` (best effort, bounded: kit is on its way out)."""
+        try:
+            exec_id = str(self.api.exec_create(container_id, end_exec_argv(mark))["Id"])
+            _within(lambda: self.api.exec_start(exec_id), EXEC_GRACE_S, container_id[:12])
+        except BaseException:  # the container may be gone; the original error is what to report
+            pass
 
     def exec_detached(self, node: NodeHandle, argv: Sequence[str]) -> None:
         container = self.find_container(node.name)
@@ -516,6 +554,31 @@ class DockerRuntime(ContainerRuntime, ImageStore):
                         raise
                     time.sleep(0.5)
         return removed
+
+
+def _within(call: Callable[[], Any], seconds: float, what: str) -> Any:
+    """`call()` in a thread, waited for at most `seconds`: a blocked engine socket cannot hold kit
+    past its deadline (the in-container deadline ends the command itself). Ctrl-C interrupts the
+    wait (the thread is a daemon: it does not keep kit alive)."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # handed to the waiting thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name=f"kit-exec-{what}", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise RuntimeUnavailable(
+            f"the Docker engine did not answer within {seconds:.0f} s (exec in {what})",
+            hint="is dockerd overloaded or stuck? `docker info`",
+        )
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
 
 
 def local_image_id(ref: str) -> str | None:

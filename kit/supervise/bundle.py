@@ -28,6 +28,7 @@ MODULES = (
     "health/liveness.py",
     "supervise/__init__.py",
     "supervise/agent.py",
+    "supervise/cause.py",
     "supervise/coordinator.py",
     "supervise/events.py",
     "supervise/main.py",

@@ -28,7 +28,34 @@ from kit.plan.layout import BY_CONFIG
 from kit.plan.node import ContainerSpec
 from kit.plan.roles import HEAD, Role
 from kit.plan.scripts import JOINED_MARK, READY_MARK
-from kit.runtime.base import ExecResult, ImageStore, NodeHandle, Runtime
+from kit.runtime.base import (
+    ExecResult,
+    ImageInfo,
+    ImageStore,
+    NodeHandle,
+    OnProgress,
+    PullPlan,
+    PullResult,
+    Runtime,
+)
+
+
+class FakeImages(ImageStore):
+    """Every image is on this host (kit up checks it before it says it starts anything)."""
+
+    name = "docker"
+
+    def image_info(self, ref: str) -> ImageInfo | None:
+        return ImageInfo(ref, "sha256:" + "0" * 64)
+
+    def plan_pull(self, ref: str) -> PullPlan:
+        raise AssertionError("unexpected pull")
+
+    def pull(self, plan: PullPlan, *, on_progress: OnProgress) -> PullResult:
+        raise AssertionError("unexpected pull")
+
+    def remove_image(self, ref: str) -> bool:
+        raise AssertionError("unexpected image removal")
 
 
 class FakeRuntime(Runtime):
@@ -42,7 +69,7 @@ class FakeRuntime(Runtime):
 
     @property
     def images(self) -> ImageStore:
-        raise AssertionError("unexpected image lookup: this fake runtime has no image store")
+        return FakeImages()
 
     def find_nodes(self, cluster: str) -> list[NodeHandle]:
         nodes = [
