@@ -116,7 +116,7 @@ def status_extras(
         seconds = budget.take(6, f"the server at {url}")
         if seconds is not None:
             out["server"] = server_status(config, url, seconds)
-            if not out["server"]["serving"] and out["server"]["state"] == "unknown":
+            if not out["server"]["serving"] and out["server"]["state"] in ("unknown", "api-down"):
                 budget.miss(f"the server at {url}: {out['server']['reason']}")
         seconds = budget.take(4, f"the supervisor in {head.name}")
         if seconds is not None:

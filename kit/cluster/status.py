@@ -186,7 +186,7 @@ def collect(config: KitConfig, runtime: Runtime, *, ray: bool = True, budget: Bu
     head = next((n for n in nodes if n.role == "head" and n.state == "running"), None)
     ray_nodes, ray_error = None, None
     if ray and head is not None and config.backend == "ray":
-        seconds = budget.take(8, f"the Ray view in {head.name}")
+        seconds = budget.take(6, f"the Ray view in {head.name}")
         if seconds is not None:
             try:
                 ray_nodes = merge_views(ray_view(runtime, head, config.ports.ray_gcs, seconds), nodes)

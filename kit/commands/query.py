@@ -95,7 +95,11 @@ def command(
         return
     key_file = api_key_file or config.api_key_file
     key = client.read_key(key_file)
-    with key_hint(None if url else target.name, key_file, "flag --api-key-file" if api_key_file else operated.sources["api_key_file"]):
+    with key_hint(
+        None if url else target.name,
+        key_file,
+        "flag --api-key-file" if api_key_file else operated.sources["api_key_file"],
+    ):
         models = client.list_models(base, key)
     name = model or (models[0]["id"] if models else config.served_name)
     streamed: list[str] = []

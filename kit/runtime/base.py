@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import abc
 import secrets
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from kit.errors import UsageError
+from kit.errors import RuntimeUnavailable, UsageError
 
 if TYPE_CHECKING:
     from kit.images.build import ContextPlan
@@ -272,6 +273,31 @@ def end_exec_argv(mark: str) -> list[str]:
     return ["sh", "-c", END_EXEC, "kit-end-exec", f"{EXEC_MARK}={mark}"]
 
 
+def call_within(call: Callable[[], Any], seconds: float, what: str) -> Any:
+    """`call()` in a thread, waited for at most `seconds`: a blocked engine socket cannot hold kit
+    past its deadline (the in-container deadline ends the command itself). Ctrl-C interrupts the
+    wait (the thread is a daemon: it does not keep kit alive)."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # handed to the waiting thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name=f"kit-exec-{what}", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise RuntimeUnavailable(
+            f"the container engine did not answer within {seconds:.0f} s ({what})",
+            hint="is it overloaded or stuck? (`docker info`)",
+        )
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
 # ---- containers ------------------------------------------------------------------------------
 
 
@@ -319,6 +345,12 @@ class ContainerRuntime(abc.ABC):
     @abc.abstractmethod
     def remove(self, name: str) -> bool:
         """Remove the container if it exists; True if something was removed."""
+
+    def revive(self, name: str) -> bool:
+        """Start a node container again that exited (`docker kill`, `docker stop`: what a restart
+        policy leaves down), as it was; True when it was started. A runtime whose stopped nodes
+        are gone (an Apptainer instance) has nothing to start: False."""
+        return False
 
     @abc.abstractmethod
     def logs(self, name: str, *, tail: int | str = "all") -> str:

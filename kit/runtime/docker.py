@@ -11,17 +11,14 @@ The docker CLI (DockerCli) is used only where the user names the binary (`kit ve
 from __future__ import annotations
 
 import collections
-import json
+import contextlib
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kit import proc
-from kit.errors import CommandError, ImageError, KitError, RuntimeUnavailable, StartError, UsageError
+from kit.errors import ImageError, KitError, RuntimeUnavailable, StartError, UsageError
 from kit.images.build import (
     CONTEXT_PLACEHOLDER,
     ContextPlan,
@@ -50,6 +47,7 @@ from kit.runtime.base import (
     PullPlan,
     PullResult,
     bounded_argv,
+    call_within,
     end_exec_argv,
     new_exec_mark,
 )
@@ -343,6 +341,17 @@ class DockerRuntime(ContainerRuntime, ImageStore):
                 time.sleep(0.5)
         return False
 
+    def revive(self, name: str) -> bool:
+        docker = _docker()
+        container = self.find_container(name)
+        if container is None or container.status not in ("exited", "created"):
+            return False
+        try:
+            container.start()
+        except docker.errors.APIError:
+            return False
+        return True
+
     def logs(self, name: str, *, tail: int | str = "all") -> str:
         container = self.find_container(name)
         if container is None:
@@ -453,7 +462,7 @@ class DockerRuntime(ContainerRuntime, ImageStore):
         environment = {**(env or {}), EXEC_MARK: mark}
         exec_id = self._exec_create(node, container.id, bounded_argv(argv, limit), environment=environment)
         try:
-            out, err = _within(lambda: self.api.exec_start(exec_id, demux=True), limit + EXEC_GRACE_S, node.name)
+            out, err = call_within(lambda: self.api.exec_start(exec_id, demux=True), limit + EXEC_GRACE_S, node.name)
             code = self.api.exec_inspect(exec_id).get("ExitCode")
         except BaseException:
             # Interrupted (Ctrl-C, SIGTERM) or the engine stopped answering: end what the exec
@@ -467,12 +476,11 @@ class DockerRuntime(ContainerRuntime, ImageStore):
         )
 
     def _end_exec(self, container_id: str, mark: str) -> None:
-        """Kill every process of the exec marked `mark` (best effort, bounded: kit is on its way out)."""
-        try:
+        """Kill every process of the exec marked `mark` (best effort, bounded: kit is on its way out;
+        the container may be gone, and the error that brought kit here is the one to report)."""
+        with contextlib.suppress(BaseException):
             exec_id = str(self.api.exec_create(container_id, end_exec_argv(mark))["Id"])
-            _within(lambda: self.api.exec_start(exec_id), EXEC_GRACE_S, container_id[:12])
-        except BaseException:  # the container may be gone; the original error is what to report
-            pass
+            call_within(lambda: self.api.exec_start(exec_id), EXEC_GRACE_S, container_id[:12])
 
     def exec_detached(self, node: NodeHandle, argv: Sequence[str]) -> None:
         container = self.find_container(node.name)
@@ -556,31 +564,6 @@ class DockerRuntime(ContainerRuntime, ImageStore):
         return removed
 
 
-def _within(call: Callable[[], Any], seconds: float, what: str) -> Any:
-    """`call()` in a thread, waited for at most `seconds`: a blocked engine socket cannot hold kit
-    past its deadline (the in-container deadline ends the command itself). Ctrl-C interrupts the
-    wait (the thread is a daemon: it does not keep kit alive)."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = call()
-        except BaseException as exc:  # handed to the waiting thread
-            box["error"] = exc
-
-    thread = threading.Thread(target=run, name=f"kit-exec-{what}", daemon=True)
-    thread.start()
-    thread.join(seconds)
-    if thread.is_alive():
-        raise RuntimeUnavailable(
-            f"the Docker engine did not answer within {seconds:.0f} s (exec in {what})",
-            hint="is dockerd overloaded or stuck? `docker info`",
-        )
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
-
-
 def local_image_id(ref: str) -> str | None:
     """The id of a local Docker image, or None (no such image, or no engine on this host)."""
     try:
@@ -588,50 +571,6 @@ def local_image_id(ref: str) -> str | None:
     except (RuntimeUnavailable, ImageError):
         return None
     return info.id if info else None
-
-
-# ---- the docker command line ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DockerCli:
-    """The docker CLI, for the one place the user names the binary (`kit verify --image
-    --docker BIN`): argv built here, run through kit.proc."""
-
-    binary: str = "docker"
-
-    def run_argv(
-        self, image: str, argv: Sequence[str], *, entrypoint: str, network: str = "none", gpus: bool = False
-    ) -> list[str]:
-        """`docker run --rm` of a throwaway container that runs `entrypoint argv...`."""
-        words = [self.binary, "run", "--rm", "--network", network, "--entrypoint", entrypoint]
-        if gpus:
-            words += ["--gpus", "all"]
-        return [*words, image, *argv]
-
-    def run(self, argv: Sequence[str], *, shown: Sequence[str], timeout: float) -> ExecResult:
-        """Run a run_argv() command to completion. Docker's own failure (exit 125: no such image,
-        daemon down, …) is a CommandError; the container's exit code is the caller's to judge."""
-        result = proc.run(argv, shown=shown, check=False, timeout=timeout)
-        if result.returncode == 125:
-            raise CommandError(
-                f"{self.binary} could not run the container",
-                argv=shown,
-                returncode=125,
-                stderr=result.stderr,
-                hint="build or pull the image first",
-            )
-        return ExecResult(result.returncode, result.stdout, result.stderr)
-
-    def image_digest(self, image: str) -> str | None:
-        """The image's repo digest if it has one, else its local id (None: no such image)."""
-        argv = [self.binary, "image", "inspect", "--format", "{{json .RepoDigests}} {{.Id}}", image]
-        result = proc.run(argv, check=False, timeout=60)
-        if result.returncode != 0 or not result.stdout.strip():
-            return None
-        digests, _, image_id = result.stdout.strip().rpartition(" ")
-        repo = json.loads(digests or "null") or []
-        return str(repo[0]) if repo else image_id
 
 
 def _short(exc: BaseException) -> str:

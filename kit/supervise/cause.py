@@ -6,9 +6,9 @@ which reads one log file incrementally.
 
 What counts, in the order of the log: the last line of a Python traceback (`ValueError: ...`),
 an argparse refusal (`vllm serve: error: ...`), a killed or crashed process; else the first
-ERROR-level line. Lines that only echo an earlier failure (a peer gone, a shutdown, "see root
-cause above") name no cause: a log with nothing else has none (the failure is then on another
-node, or outside the log: a killed container).
+ERROR-level line logged before the shutdown began. Lines that only echo an earlier failure (a
+peer gone, a shutdown, "see root cause above") name no cause: a log with nothing else has none
+(the failure is then on another node, or outside the log: a killed container).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ class Finding:
 
     error: str | None = None
     logged: str | None = None
-    noise: str | None = None
+    noise: str | None = None  # set once the shutdown cascade began: ERROR lines after it echo it
 
     def add(self, line: str) -> None:
         if self.error is not None:
@@ -70,7 +70,8 @@ class Finding:
         if is_error and not noisy:
             self.error = text[:MAX_CAUSE]
         elif _level(line) in ("ERROR", "CRITICAL") and not noisy and not text.startswith(("Traceback", "File ")):
-            self.logged = self.logged or text[:MAX_CAUSE]
+            if self.noise is None:
+                self.logged = self.logged or text[:MAX_CAUSE]
         elif is_error or _level(line) in ("ERROR", "CRITICAL"):
             self.noise = self.noise or text[:MAX_CAUSE]
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from kit.runtime.docker import DockerCli
+from kit.runtime.docker_cli import DockerCli
 from kit.verify.policy import FAIL, PASS, WARN, Check
 from kit.verify.report import VerifyResult
 from kit.verify.runner import parse_probe_output, probe_source
