@@ -27,9 +27,13 @@ _ERROR_WORDS = re.compile(
     r"(?:: error: |\bout of memory\b|\bSegmentation fault\b|\bcore dumped\b|^Killed$|\bFatal Python error\b)",
     re.IGNORECASE,
 )
+# A process of the group killed by a signal (vLLM's executor says so on the node where it
+# happened; measured: vLLM 0.32's CPU TP worker dies of SIGILL, exit code -4): a cause.
+_KILLED = re.compile(r"died unexpectedly \(exit code: -\d+\)")
 # Consequences of an earlier failure, printed by every rank as the group goes down.
 NOISE = re.compile(
     r"see (?:the )?root cause above|see stack trace|initialization failed|shutting down|shut down|"
+    r"RuntimeError: cancelled|Dumping (?:input data|scheduler)|"
     r"connection (?:reset|closed|refused|aborted)|broken ?pipe|\bEOFError\b|KeyboardInterrupt|SystemExit|"
     r"CancelledError|died unexpectedly|\bterminated\b|EngineDeadError|EngineCore encountered|SIGTERM|"
     r"signal 15|leaked (?:shared_memory|semaphore)|ProcessGroup.*(?:aborted|destroyed)|"
@@ -65,8 +69,8 @@ class Finding:
         text = message(line)
         if not text:
             return
-        is_error = bool(_EXCEPTION.match(text) or _ERROR_WORDS.search(text))
-        noisy = bool(NOISE.search(text))
+        is_error = bool(_EXCEPTION.match(text) or _ERROR_WORDS.search(text) or _KILLED.search(text))
+        noisy = bool(NOISE.search(text)) and not _KILLED.search(text)
         if is_error and not noisy:
             self.error = text[:MAX_CAUSE]
         elif _level(line) in ("ERROR", "CRITICAL") and not noisy and not text.startswith(("Traceback", "File ")):

@@ -71,3 +71,35 @@ def test_the_scanner_reads_only_what_is_new_and_starts_over_on_a_new_log(tmp_pat
     assert scanner.scan() == "ValueError: bad"
     log.write_text("INFO a new run\n")  # rotated: smaller than what was read
     assert scanner.scan() is None
+
+
+# Measured on the 2-node CPU cluster (vLLM 0.32.0, TP=2 over two containers, 2026-11-28): the
+# first request a fresh server gets is a one-token completion; the TP worker on the second node
+# dies of SIGILL. The head's log then holds only consequences; the worker's names the death.
+HEAD_AFTER_A_WORKER_DIED = """\
+(EngineCore pid=675) ERROR 11-28 04:13:48 [dump_input.py:72] Dumping input data for V1 LLM engine (v0.32.0) with config
+(EngineCore pid=675) ERROR 11-28 04:13:48 [core.py:1512] EngineCore encountered a fatal error.
+(EngineCore pid=675) ERROR 11-28 04:13:48 [core.py:1512] Traceback (most recent call last):
+(EngineCore pid=675) ERROR 11-28 04:13:48 [core.py:1512]     raise RuntimeError("cancelled")
+(EngineCore pid=675) ERROR 11-28 04:13:48 [core.py:1512] RuntimeError: cancelled
+(APIServer pid=32) ERROR 11-28 04:13:48 [async_llm.py:906] AsyncLLM output_handler failed.
+(APIServer pid=32) ERROR 11-28 04:13:48 [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: EngineCore \
+encountered an issue. See stack trace (above) for the root cause.
+INFO:     Shutting down
+"""
+WORKER_THAT_DIED = """\
+(Worker_TP1 pid=405) INFO 11-28 04:21:40 [cpu_worker.py:260] Explicitly set (1.0/23.54) GiB for KV cache on node 0.
+(MainProcess pid=324) ERROR 11-28 04:21:44 [multiproc_executor.py:315] Worker proc VllmWorker-1 died \
+unexpectedly (exit code: -4), shutting down executor.
+(MainProcess pid=324) INFO 11-28 04:21:44 [multiproc_executor.py:479] [shutdown] Executor: waiting for worker exit
+"""
+
+
+def test_a_worker_killed_by_a_signal_is_the_cause_and_the_heads_echo_is_not() -> None:
+    assert first_error(HEAD_AFTER_A_WORKER_DIED.splitlines()) is None
+    cause = first_error(WORKER_THAT_DIED.splitlines())
+    assert cause == "Worker proc VllmWorker-1 died unexpectedly (exit code: -4), shutting down executor."
+    assert (
+        first_error(["ERROR 11-28 04:21:44 [x.py:1] Worker proc VllmWorker-1 died unexpectedly (exit code: None)"])
+        is None
+    )
