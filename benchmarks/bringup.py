@@ -18,7 +18,7 @@ before the next. Per kit run the script also reads the containers' timestamped l
 the time went (worker join retries, the head barrier, kit's own log polling). Not a timed test:
 run it and read the table.
 
-    python benchmarks/bringup.py [--rounds 3] [--image kit/vllm-cpu:test] [--json] [--out FILE]
+    python benchmarks/bringup.py [--rounds 3] [--image IMAGE (default: the demo's)] [--json] [--out FILE]
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from _images import default_image, require_image
 
 TARGET = 1.10
 ROOT = Path(__file__).resolve().parents[1]
@@ -203,12 +205,13 @@ def run_baseline(tag: str, subnet: str, image: str) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--image", default=os.environ.get("KIT_TEST_IMAGE", "kit/vllm-cpu:test"))
+    parser.add_argument("--image", default=default_image())
     parser.add_argument("--subnet-prefix", default="10.214", help="networks are PREFIX.X.0/24 and PREFIX.X+1.0/24")
     parser.add_argument("--python", default=sys.executable, help="the interpreter with kit installed")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", type=Path, help="also write the JSON result to this file")
     args = parser.parse_args()
+    require_image(args.image)
 
     run_id = f"{random.randrange(16**6):06x}"
     third = random.randrange(2, 250)

@@ -29,7 +29,7 @@ Loopback only. Not a test: run it and read the table.
 
     python benchmarks/client_overhead.py [--rounds 3] [--concurrency 1,16,128] [--ttft-ms 50]
         [--itl-ms 20] [--output-len 32] [--clients new,old,vllm] [--candidates]
-        [--image kit/vllm-cpu:test] [--tokenizer DIR] [--json] [--out FILE]
+        [--image IMAGE (default: the demo's)] [--tokenizer DIR] [--json] [--out FILE]
 """
 
 from __future__ import annotations
@@ -50,6 +50,8 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from _images import default_image, require_image
 
 MODEL = "tiny"
 
@@ -472,7 +474,7 @@ def main() -> None:
     parser.add_argument("--clients", default="new,old,vllm")
     parser.add_argument("--candidates", action="store_true", help="also aiohttp and httpx inside kit's runner")
     parser.add_argument("--old-ref", default="main", help="git ref of the old runner")
-    parser.add_argument("--image", default="kit/vllm-cpu:test")
+    parser.add_argument("--image", default=default_image())
     parser.add_argument("--tokenizer", type=Path, help="tokenizer dir for vLLM (default: kit demo's tiny model)")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", type=Path)
@@ -485,6 +487,7 @@ def main() -> None:
     parser.add_argument("-c", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--old-runner", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    require_image(args.image)
     if args.serve:
         server = TruthServer(args.port, args.ttft_ms / 1e3, args.itl_ms / 1e3)
         server._realtime()

@@ -18,7 +18,7 @@ Side by side: each round runs both layouts one after the other on fresh clusters
 alternating (DP, TP, TP, DP, DP, TP, ...) so drift from outside load hits both alike; each round
 gives one DP/TP ratio, the headline is the median ratio. Not a test: run it.
 
-    python benchmarks/dp_vs_tp_ready.py [--rounds 3] [--image kit/vllm-cpu:test] [--subnet-prefix 10.227] [--json]
+    python benchmarks/dp_vs_tp_ready.py [--rounds 3] [--image IMAGE] [--subnet-prefix 10.227] [--json]
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import requests
+from _images import default_image, require_image
 
 LAYOUTS = {
     "DP=2": {"KIT_MODEL_TP": "1", "KIT_MODEL_PP": "1", "KIT_MODEL_DP": "2"},
@@ -100,10 +101,11 @@ def one_run(layout: str, args: argparse.Namespace, env: dict[str, str]) -> dict[
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--image", default=os.environ.get("KIT_TEST_IMAGE", "kit/vllm-cpu:test"))
+    parser.add_argument("--image", default=default_image())
     parser.add_argument("--subnet-prefix", default="10.227")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    require_image(args.image)
 
     state = Path(tempfile.mkdtemp(prefix="kit-bench-dp-"))
     env = base_env(args, state)

@@ -42,6 +42,8 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _images import default_image, require_image  # noqa: E402
+
 from tests.integration import supervise_support as sup  # noqa: E402
 
 LAYOUTS = {"tp2": {"KIT_MODEL_TP": "2", "KIT_MODEL_DP": "1"}, "dp2": {"KIT_MODEL_TP": "1", "KIT_MODEL_DP": "2"}}
@@ -178,11 +180,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--layouts", default="tp2,dp2")
     parser.add_argument("--faults", default=",".join(FAULTS))
-    parser.add_argument("--image", default=os.environ.get("KIT_TEST_IMAGE", "kit/vllm-cpu:test"))
+    parser.add_argument("--image", default=default_image())
     parser.add_argument("--subnet-prefix", default="10.233")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--events", help="write the event record of each layout to this JSON file")
     args = parser.parse_args()
+    require_image(args.image)
     args.faults = [f for f in args.faults.split(",") if f]
     state = Path(tempfile.mkdtemp(prefix="kit-bench-recovery-"))
     env = base_env(state, args.image)

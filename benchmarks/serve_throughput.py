@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 import requests
+from _images import default_image, require_image
 
 TARGET = 0.97
 HF_HOME = "/root/.cache/huggingface"
@@ -284,7 +285,7 @@ def main() -> int:
     parser.add_argument("--gap", type=float, default=1.0, help="seconds of quiet before each timed batch")
     parser.add_argument("--first", choices=SIDES, default="kit", help="which side is started (and timed) first")
     parser.add_argument("--cpuset", help="pin BOTH containers to these CPUs (docker update --cpuset-cpus)")
-    parser.add_argument("--image", default=os.environ.get("KIT_TEST_IMAGE", "kit/vllm-cpu:test"))
+    parser.add_argument("--image", default=default_image())
     parser.add_argument("--subnet-prefix", default="10.214", help="the private network is PREFIX.X.0/24")
     parser.add_argument("--hf-cache", type=Path, default=Path(tempfile.gettempdir()) / "kit-bench-hf",
                         help="where the tiny model is generated (reused between runs)")  # fmt: skip
@@ -292,6 +293,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--out", type=Path, help="also write the JSON result to this file")
     args = parser.parse_args()
+    require_image(args.image)
 
     def say(text: str) -> None:
         print(text, file=sys.stderr, flush=True)

@@ -7,7 +7,7 @@ both nodes, the policy). Brings up the same cluster as tests/integration/test_cl
 With --cluster NAME it times an existing cluster instead and leaves it alone (pass its config
 the usual way: kit.yaml, KIT_CONFIG or KIT_* variables).
 
-    python benchmarks/verify_cluster.py [--image kit/vllm-cpu:test] [--runs 3] [--cluster NAME]
+    python benchmarks/verify_cluster.py [--image IMAGE (default: the demo's)] [--runs 3] [--cluster NAME]
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import time
 import uuid
 import zlib
 from pathlib import Path
+
+from _images import default_image, require_image
 
 TARGET_S = 20.0
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,10 +89,11 @@ def time_verify(env: dict[str, str], runs: int) -> list[float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--image", default=os.environ.get("KIT_TEST_IMAGE", "kit/vllm-cpu:test"))
+    parser.add_argument("--image", default=default_image())
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--cluster", help="time this running cluster (its config from kit.yaml / KIT_*)")
     args = parser.parse_args()
+    require_image(args.image)
 
     with tempfile.TemporaryDirectory(prefix="kit-bench-verify-") as tmp:
         if args.cluster:

@@ -14,7 +14,7 @@ filled); `none` runs between them so the OS page cache (image, model) is as warm
 for `none`. time = `kit serve` started -> first one-token completion answered. Also: what the
 cold start wrote into the folder (files, bytes), which says whether there was anything to keep.
 
-    python benchmarks/warm_serve.py [--rounds 1] [--image kit/vllm-cpu:test] [--subnet-prefix 10.236]
+    python benchmarks/warm_serve.py [--rounds 1] [--image IMAGE (default: the demo's)] [--subnet-prefix 10.236]
         [--extra-args '[--enforce-eager]'] [--json]
 """
 
@@ -35,6 +35,7 @@ from typing import Any
 
 import docker
 import requests
+from _images import default_image, require_image
 
 
 def kit(args: list[str], env: dict[str, str], timeout: float = 900) -> subprocess.CompletedProcess[str]:
@@ -89,11 +90,12 @@ def head_ip(env: dict[str, str]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--image", default=os.environ.get("KIT_TEST_IMAGE", "kit/vllm-cpu:test"))
+    parser.add_argument("--image", default=default_image())
     parser.add_argument("--subnet-prefix", default="10.236")
     parser.add_argument("--extra-args", default="[]", help="model.extra_args as YAML (default: none)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    require_image(args.image)
     work = Path(tempfile.mkdtemp(prefix="kit-bench-warm-"))
     name = f"bwarm{random.randrange(10**5):05d}"
     env = {

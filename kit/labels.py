@@ -26,6 +26,11 @@ VERSION = "kit.version"
 SLURM_JOB = "kit.slurm-job"  # containers a `kit slurm` job starts (found and removed per job)
 DEMO = "kit.demo"  # the one-off containers of `kit demo` (the tiny model's generator)
 SOURCE = "kit.source"  # the Dockerfile an Apptainer definition was generated from
+# What a node holds on its host (kit.plan.host_share): the host ports its processes bind
+# ("8000 29570 11000-11999") and its GPUs ("all" or "2,3"), so another cluster's node is refused
+# before it starts on any of them.
+HOST_PORTS = "kit.host-ports"
+GPUS = "kit.gpus"
 # The layout the node was started for, and how it was decided (kit.plan.layout).
 TP = "kit.tp"
 PP = "kit.pp"

@@ -18,7 +18,7 @@ from kit.errors import ImageError, KitError, UsageError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 # kit's in-container probes: plain-stdlib scripts copied to /opt/kit/probe/ by every image.
-PROBE_FILES = ("probe.py", "collective.py")
+PROBE_FILES = ("probe.py", "collective.py", "latency.py")  # latency.py: collective.py loads it
 
 
 def containers_dir() -> Path:
@@ -50,10 +50,12 @@ def container_dir(name: str) -> Path:
 PROGRAMS = (
     "verify/probe.py",
     "verify/collective.py",
+    "verify/latency.py",  # sent after collective.py's source, as one program (issue 30)
     "cluster/ray_view.py",
     "supervise/install.py",
     "supervise/stop.py",
     "supervise/boot.py",
+    "images/vllm_probe.py",  # issue 24: the image facts probe, and the launchers' in-container check
 )
 
 

@@ -73,9 +73,9 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-def read_text(path: str | Path, *, max_bytes: int = MAX_FILE_BYTES, what: str = "file") -> str:
-    """A regular file's UTF-8 text, at most max_bytes: FIFOs and devices are refused (reading
-    /dev/zero or a pipe would never end), as are other encodings."""
+def read_bytes(path: str | Path, *, max_bytes: int = MAX_FILE_BYTES, what: str = "file") -> bytes:
+    """A regular file's bytes, at most max_bytes: FIFOs and devices are refused (reading
+    /dev/zero or a pipe would never end)."""
     p = Path(path)
     try:
         st = p.stat()
@@ -96,11 +96,17 @@ def read_text(path: str | Path, *, max_bytes: int = MAX_FILE_BYTES, what: str = 
         raise ConfigError(f"cannot read {what}: {exc.strerror}", source=str(p), hint="check its permissions") from None
     if len(data) > max_bytes:
         raise ConfigError(f"{what} grew past {max_bytes} bytes while read", source=str(p))
+    return data
+
+
+def read_text(path: str | Path, *, max_bytes: int = MAX_FILE_BYTES, what: str = "file") -> str:
+    """A regular file's UTF-8 text, at most max_bytes (read_bytes), other encodings refused."""
+    data = read_bytes(path, max_bytes=max_bytes, what=what)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise ConfigError(f"{what} is not UTF-8 text", source=f"{p}:{line}", hint="save it as UTF-8") from None
+        raise ConfigError(f"{what} is not UTF-8 text", source=f"{path}:{line}", hint="save it as UTF-8") from None
 
 
 def load_json_file(

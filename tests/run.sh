@@ -39,6 +39,14 @@ step "engine image and tiny model (kit demo --prepare-only; cached by tag)"
 kit demo --prepare-only
 # The integration tests name the image kit/vllm-cpu:test; it is the demo's image.
 docker tag kit/vllm-cpu:0.32.0 kit/vllm-cpu:test
+# The Ray tests run on that image with Ray layered on by kit itself (issue 24: kit's images, like
+# vLLM's since 0.18.0, carry no Ray); built once, cached by tag.
+step "the Ray test image (kit build ray; cached by tag)"
+if ! docker image inspect kit/vllm-cpu:test-ray >/dev/null 2>&1; then
+    start=$SECONDS
+    kit build ray --base-image kit/vllm-cpu:test --tag kit/vllm-cpu:test-ray
+    echo "kit build ray: $((SECONDS - start)) s"
+fi
 
 step "local registry and SLURM"
 bash tests/infra/registry.sh

@@ -29,12 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kit.cluster import image_facts
 from kit.cluster import nodes as _nodes
 from kit.cluster import record as _record
 from kit.cluster import running as _running
 from kit.cluster import serving as _serving
 from kit.cluster import status as _status
 from kit.cluster import supervised as _supervised
+from kit.cluster.host_share import check_host_share
 from kit.cluster.model import ModelCache, check_model_cache, decide_offline, with_offline
 from kit.cluster.nodes import NodePlan, UpResult
 from kit.cluster.resolve import (
@@ -48,6 +50,7 @@ from kit.cluster.resolve import (
     load_settings,
     relayout,
     values_of,
+    with_image,
 )
 from kit.cluster.resolve import plan as plan_settings
 from kit.cluster.running import Drift, Running
@@ -55,6 +58,7 @@ from kit.cluster.serving import ServePlan, ServeResult
 from kit.cluster.status import Budget, StatusResult
 from kit.config import KitConfig, Resolved
 from kit.errors import KitError, StartError
+from kit.images.facts import ImageFacts
 from kit.labels import LayoutLabels
 from kit.layout import Layout
 from kit.plan.layout import ModelFacts
@@ -130,14 +134,20 @@ class Cluster:
 
     @classmethod
     def from_config(
-        cls, config: KitConfig, *, model: ModelFacts | None = None, runtime: Runtime | None = None
+        cls,
+        config: KitConfig,
+        *,
+        model: ModelFacts | None = None,
+        runtime: Runtime | None = None,
+        image: ImageFacts | None = None,
     ) -> Cluster:
-        """A cluster of a config built elsewhere (tests, a config with every value set)."""
-        resolved = Resolved(config, values_of(config), {})
+        """A cluster of a config built elsewhere (tests, a config with every value set); `image`:
+        the image's facts when known (else they are found at first use, `ensure_image`)."""
+        resolved = with_image(Resolved(config, values_of(config), {}), image)
         if "auto" not in (config.model.tp, config.model.pp, config.model.dp):
             # every value a number (a resolved config's layout is applied): keep how it was decided
-            return cls(Resolution(resolved, config.layout, model), runtime)
-        return cls(apply_layout(resolved, model), runtime)
+            return cls(Resolution(resolved, config.layout, model, image), runtime)
+        return cls(apply_layout(resolved, model, image), runtime)
 
     def with_layout(self, overrides: Overrides) -> Cluster:
         """The same cluster with other layout values (kit tune), planned again by kit.plan.layout
@@ -228,6 +238,23 @@ class Cluster:
         """Every host-independent check of the plan (kit.plan.checks), with the model's facts."""
         check_plan(self.resolution)
 
+    @property
+    def image(self) -> ImageFacts | None:
+        """The image's recorded facts (issue 24), None when kit has no record of it."""
+        return self.resolution.image
+
+    def ensure_image(self, on_progress: Progress = _quiet) -> ImageFacts | None:
+        """Before anything starts: the image's facts, probed now when kit has no record (first
+        use), and the plan checked against them (its parser, its Ray; exit 3 when refused). The
+        plan is made again with them: the image's own options decide what kit renders. A runtime
+        that cannot run a probe (pyxis, edf) leaves it to the launcher's in-container check."""
+        if self.resolution.image is None and self.config.runtime in ("docker", "apptainer"):
+            facts = image_facts.probe(self.runtime.images, self.config.image, say=on_progress)
+            resolved = with_image(self.resolution.resolved, facts)
+            self._resolution = apply_layout(resolved, self.resolution.model, facts)
+        self.check()
+        return self.resolution.image
+
     # ---- nodes --------------------------------------------------------------------------
     def plan_node(self, role: Role, *, check_files: bool = True, config: KitConfig | None = None) -> NodePlan:
         """Validate everything, then plan this node (`config`: a per-node variant, kit demo's GPU
@@ -240,7 +267,17 @@ class Cluster:
             check_mounts(config, self.sources)
         host = _nodes.gather_host_facts(config)
         net = plan_node_net(config, self.sources, role, host)
-        return NodePlan(plan_node(config, role, net, has_infiniband=host.has_infiniband), net)
+        plan = NodePlan(plan_node(config, role, net, has_infiniband=host.has_infiniband), net)
+        # issue 28: no host port or GPU another cluster's running node holds (a dry run included)
+        check_host_share(config, role, self._runtime_or_none())
+        return plan
+
+    def _runtime_or_none(self) -> Runtime | None:
+        """The runtime adapter, or None where it cannot be made here (a dry run without one)."""
+        try:
+            return self.runtime
+        except Exception:
+            return None
 
     def up(
         self,
@@ -296,6 +333,7 @@ class Cluster:
         or the local multi-node simulation (network:). Replaces what runs. Every wait ends at
         `deadline` (time.monotonic()): the waits share it. `on_progress` hears one line per node,
         `node_progress` each node's own lines (its start, its wait)."""
+        self.ensure_image(on_progress)
         roles = [Role("worker", rank) for rank in range(self.config.nodes - 1, 0, -1)] + [HEAD]
         results = []
         for role in roles:
@@ -330,7 +368,9 @@ class Cluster:
         Supervised (`supervise`, default supervise.enabled; issue 18): an agent on every node and
         the coordinator in the head start the group and restart it on failures; this returns at
         the coordinator's first `ready` (its events go to `on_event`), and `follow_supervision`
-        follows it after that."""
+        follows it after that. Before anything starts, the plan is checked against the image
+        (issue 24: probed now when kit has no record of it)."""
+        self.ensure_image(on_progress)
         env = self.model_cache().env  # the serve scripts export the offline decision too
         if self.config.supervise.enabled if supervise is None else supervise:
             for note in notes:

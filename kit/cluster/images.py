@@ -5,10 +5,14 @@ compare nodes with). Shared by `kit pull`, `kit build` and `kit demo`; no click 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Mapping
 
+from kit.cluster.image_facts import probe
 from kit.errors import KitError
+from kit.images.facts import ImageFacts
+from kit.images.progress import BuildProgress
 from kit.images.records import record_image
 from kit.images.vllm_releases import recorded_version
 from kit.output import echo, is_tty, progress
@@ -28,15 +32,25 @@ class _Printer:
         self.summary_on_tty = summary_on_tty
         self._last = 0.0
         self._summary: str | None = None
+        self.build = BuildProgress()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
 
     def __call__(self, event: Progress) -> None:
         if self.as_json:
             return
+        with self._lock:
+            self._show(event)
+
+    def _show(self, event: Progress) -> None:
         if event.level == "step":
+            self.build.on_step(event.text or "", time.monotonic())
             progress(event.text or "")
         elif event.level == "detail":
             if self.verbose and event.text:
                 progress("  " + event.text)
+            elif event.text and (line := self.build.detail(event.text, time.monotonic())):
+                progress(line)
         elif not self.tty:
             if event.text:
                 progress(self.layer_prefix + event.text)
@@ -47,8 +61,23 @@ class _Printer:
                 self._last = now
                 echo("\r\x1b[2K" + event.summary, nl=False, err=True)
 
+    def ticking(self) -> threading.Thread:
+        """A thread that says a quiet build step is still running (issue 24), until finish()."""
+
+        def tick() -> None:
+            while not self._stop.wait(5.0):
+                with self._lock:
+                    line = self.build.heartbeat(time.monotonic())
+                    if line and not self.as_json and not self.verbose:
+                        progress(line)
+
+        thread = threading.Thread(target=tick, name="kit-build-progress", daemon=True)
+        thread.start()
+        return thread
+
     def finish(self) -> None:
         """End the terminal's updating line with the last summary."""
+        self._stop.set()
         if self.tty and self._last and self._summary and not self.as_json:
             echo("\r\x1b[2K" + self._summary, err=True)
 
@@ -61,7 +90,20 @@ def pull_image(store: ImageStore, plan: PullPlan, *, as_json: bool) -> PullResul
         printer.finish()
     if result.digest:  # enroot < 4 resolves none: nothing to compare nodes with, nothing recorded
         record_image(result.ref, result.digest, **result.record_fields(), **_version_fields(store, result.ref, {}))
+        probe_facts(store, result.ref, as_json=as_json)
     return result
+
+
+def probe_facts(store: ImageStore, ref: str, *, as_json: bool) -> ImageFacts | None:
+    """The image's facts, probed once now and recorded by digest (issue 24: its vLLM version,
+    `vllm serve` parser, Ray, torch/CUDA/NCCL, user), so `kit up`/`serve`/`slurm` check their
+    plans against it before anything starts. A store that runs no containers (enroot), or an
+    image the probe cannot read, gets one warning: the image itself is still there."""
+    try:
+        return probe(store, ref, say=lambda line: progress(line, as_json=as_json))
+    except KitError as err:
+        progress(f"warning: {ref}: no image facts recorded ({err.message})", as_json=as_json)
+        return None
 
 
 def _version_fields(store: ImageStore, ref: str, buildargs: Mapping[str, str]) -> dict[str, str]:
@@ -79,7 +121,11 @@ def build_image(store: ImageStore, plan: BuildPlan, *, as_json: bool, verbose: b
     """Execute a plan from store.plan_build and record the image (when its digest is known).
     On a terminal a build shows its steps only (no layer lines of the images it pulls)."""
     printer = _Printer(as_json=as_json, verbose=verbose, layer_prefix="  ", summary_on_tty=False)
-    result = store.build(plan, on_progress=printer)
+    printer.ticking()
+    try:
+        result = store.build(plan, on_progress=printer)
+    finally:
+        printer.finish()
     if result.digest:
         version = _version_fields(store, result.image, result.buildargs)
         if result.file is not None:
@@ -93,4 +139,5 @@ def build_image(store: ImageStore, plan: BuildPlan, *, as_json: bool, verbose: b
                 built_from=f"containers/{result.name}",
                 **version,
             )
+        probe_facts(store, result.image, as_json=as_json)
     return result

@@ -27,9 +27,11 @@ from kit import validate
 from kit.config import KitConfig, Resolved, build, coerce, load_config
 from kit.config.schema import SCHEMA
 from kit.errors import ConfigError, KitError
+from kit.images.facts import ImageFacts
 from kit.images.vllm_releases import parse_version
 from kit.layout import Layout
 from kit.plan.layout import ModelFacts, plan_layout
+from kit.plan.node import local_model_dir
 
 Overrides = Mapping[str, tuple[Any, str]]  # dotted key -> (value, where it came from)
 
@@ -45,6 +47,7 @@ class Resolution:
     resolved: Resolved
     layout: Layout
     model: ModelFacts | None
+    image: ImageFacts | None = None  # the image's recorded facts (issue 24), None without a record
 
     @property
     def config(self) -> KitConfig:
@@ -72,8 +75,10 @@ def load_settings(
 
 
 def plan(resolved: Resolved) -> Resolution:
-    """Loaded settings planned: the model's facts read once, the layout applied."""
-    return apply_layout(resolved, read_model_facts(resolved.config))
+    """Loaded settings planned: the image's recorded facts (issue 24) and the model's facts read
+    once, the layout applied."""
+    image = find_image_facts(resolved.config.image)
+    return apply_layout(with_image(resolved, image), read_model_facts(resolved.config), image)
 
 
 def resolve(
@@ -85,6 +90,32 @@ def resolve(
 ) -> Resolution:
     """Load the settings, then plan them (the verbs that start or render something)."""
     return plan(load_settings(config_path, overrides, environ=environ, cwd=cwd))
+
+
+def find_image_facts(ref: str) -> ImageFacts | None:
+    """The image's recorded facts (kit.cluster.image_facts; an unreadable record counts as none)."""
+    from kit.cluster.image_facts import find_facts
+
+    try:
+        return find_facts(ref)
+    except KitError:
+        return None
+
+
+def with_image(resolved: Resolved, image: ImageFacts | None) -> Resolved:
+    """The image's own facts decide what kit renders (issue 24): its serve options, and with
+    `vllm_version: auto` its vLLM release (over the record's label, build argument or tag)."""
+    if image is None or image.serve is None:
+        return resolved
+    config = resolved.config.replace(image_options=frozenset(image.options()))
+    values, sources = dict(resolved.values), dict(resolved.sources)
+    version = image.vllm_version
+    learnt = resolved.values["vllm_version"] == "auto" or resolved.sources.get("vllm_version", "").startswith("kit's")
+    if learnt and version is not None and parse_version(version) is not None:
+        how = "kit's record of the image's probe"
+        values["vllm_version"], sources["vllm_version"] = version, how
+        config = config.replace(vllm_version=version, vllm_version_from=how)
+    return Resolved(config, values, sources, resolved.path)
 
 
 def recorded_version(resolved: Resolved) -> Resolved:
@@ -111,7 +142,7 @@ def recorded_version(resolved: Resolved) -> Resolved:
     return Resolved(applied, values, sources, resolved.path)
 
 
-def apply_layout(resolved: Resolved, model: ModelFacts | None) -> Resolution:
+def apply_layout(resolved: Resolved, model: ModelFacts | None, image: ImageFacts | None = None) -> Resolution:
     """The planner's layout written into the config, so every planner after this one reads
     numbers, and `planned` records it with how it was decided (kit.labels, --dry-run). `kit config
     show` reports model.tp/pp as decided by kit plan when the model's files decided them, and
@@ -127,7 +158,7 @@ def apply_layout(resolved: Resolved, model: ModelFacts | None) -> Resolution:
         values["model.dp"], sources["model.dp"] = layout.dp, SOURCE_DP
     modeled = dataclasses.replace(config.model, tp=layout.tp, pp=layout.pp, dp=layout.dp)
     applied = config.replace(model=modeled, planned=layout)
-    return Resolution(Resolved(applied, values, sources, resolved.path), layout, model)
+    return Resolution(Resolved(applied, values, sources, resolved.path), layout, model, image)
 
 
 def relayout(base: Resolution, overrides: Overrides) -> Resolution:
@@ -136,9 +167,11 @@ def relayout(base: Resolution, overrides: Overrides) -> Resolution:
     values, sources = dict(base.resolved.values), dict(base.resolved.sources)
     for key, (value, source) in overrides.items():
         values[key], sources[key] = coerce(key, value, source), source
-    built = build(values).replace(vllm_version_from=base.config.vllm_version_from)
+    built = build(values).replace(
+        vllm_version_from=base.config.vllm_version_from, image_options=base.config.image_options
+    )
     unresolved = Resolved(built, values, sources, base.resolved.path)
-    return apply_layout(absolutize(unresolved), base.model)
+    return apply_layout(absolutize(unresolved), base.model, base.image)
 
 
 def values_of(config: KitConfig) -> dict[str, Any]:
@@ -165,7 +198,14 @@ def absolutize(resolved: Resolved) -> Resolved:
     for m in cfg.mounts:
         src, sep, rest = m.partition(":")
         mounts.append(f"{host_path(src)}{sep}{rest}" if sep else m)
+    model = cfg.model
+    if local_model_dir(cfg) is not None:
+        # Absolute, as written (not through symlinks): it is also the path vLLM is given, and the
+        # served name by default (issue 28: mounted read-only at this path on every node).
+        model = dataclasses.replace(model, id=os.path.abspath(os.path.expanduser(model.id)))
     config = cfg.replace(
+        model=model,
+        slurm=dataclasses.replace(cfg.slurm, prologue=host_path(cfg.slurm.prologue)),
         hf_cache=host_path(cfg.hf_cache),
         hf_token_file=host_path(cfg.hf_token_file),
         api_key_file=host_path(cfg.api_key_file),
@@ -233,7 +273,7 @@ def check_plan(resolution: Resolution) -> None:
     """Every host-independent check of the plan, with the model's facts when its files are here."""
     from kit.plan.checks import check_config
 
-    check_config(resolution.config, resolution.resolved.sources, model=resolution.model)
+    check_config(resolution.config, resolution.resolved.sources, model=resolution.model, facts=resolution.image)
 
 
 def check_secret_files(config: KitConfig, sources: Mapping[str, str]) -> None:
@@ -253,7 +293,9 @@ def check_secret_files(config: KitConfig, sources: Mapping[str, str]) -> None:
 
 def check_mounts(config: KitConfig, sources: Mapping[str, str]) -> None:
     """Every extra mount's host path exists on this host (Docker would create a missing one,
-    owned by root and empty, and the container would start on nothing)."""
+    owned by root and empty, and the container would start on nothing), and so does a model
+    directory (model.id as a path: mounted at the same path)."""
+    check_local_model(config, sources)
     for item in config.mounts:
         host = item.split(":", 1)[0]
         if not os.path.exists(host):
@@ -263,6 +305,46 @@ def check_mounts(config: KitConfig, sources: Mapping[str, str]) -> None:
                 source=sources.get("mounts"),
                 hint="create it, or fix the path (mounts are '/host/path:/container/path[:ro]')",
             )
+
+
+def check_prologue(config: KitConfig, sources: Mapping[str, str]) -> None:
+    """slurm.prologue is code the job runs as you: a regular file you own, readable, that nobody
+    else may change (not group- or world-writable: ssh's rule for what runs as you)."""
+    path = config.slurm.prologue
+    if path is None:
+        return
+    key, source = "slurm.prologue", sources.get("slurm.prologue")
+    try:
+        validate.readable_file(path)
+        st = os.stat(path)
+    except (validate.Invalid, OSError) as exc:
+        message = exc.message if isinstance(exc, validate.Invalid) else f"{path}: {exc.strerror}"
+        raise ConfigError(message, key=key, source=source, hint="write the file (module loads, exports)") from None
+    if st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise ConfigError(
+            f"{path} is {'not yours' if st.st_uid != os.getuid() else 'writable by others'}: the job would run "
+            "what someone else may change",
+            key=key,
+            source=source,
+            hint=f"own it and make it writable by you alone (chmod go-w {path})",
+        )
+
+
+def check_local_model(config: KitConfig, sources: Mapping[str, str]) -> None:
+    """model.id naming a directory (kit.plan.node.local_model_dir) must hold the model's
+    config.json on this host: the node mounts that directory read-only at the same path."""
+    path = local_model_dir(config)
+    if path is None:
+        return
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        what = "is not a directory" if not os.path.isdir(path) else "holds no config.json"
+        raise ConfigError(
+            f"the model directory {path} {what} on this host",
+            key="model.id",
+            source=sources.get("model.id"),
+            hint="give the directory that holds the model's config.json and weights (it is mounted read-only "
+            "at the same path), or a hub id like org/name",
+        )
 
 
 def guessed_warning(layout: Layout) -> str | None:

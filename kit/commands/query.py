@@ -18,8 +18,11 @@ from kit.output import emit, warn
 from kit.render import shell_words
 
 
-def tunnel_argv(url: str, login_host: str | None, user: str | None = None) -> tuple[list[str], int]:
-    """The SSH port-forward that reaches the server at `url` from a laptop, and the local port."""
+def tunnel_argv(
+    url: str, login_host: str | None, user: str | None = None, *, ssh_port: int = 22
+) -> tuple[list[str], int]:
+    """The SSH port-forward that reaches the server at `url` from a laptop, and the local port;
+    `login_host` may name its user (USER@HOST), and `ssh_port` its SSH port."""
     try:
         parts = urllib.parse.urlsplit(url)
         port = parts.port or (443 if parts.scheme == "https" else 80)
@@ -30,27 +33,36 @@ def tunnel_argv(url: str, login_host: str | None, user: str | None = None) -> tu
     host = parts.hostname or "127.0.0.1"
     if ":" in host:
         host = f"[{host}]"  # IPv6 in ssh -L
-    destination = f"{user or getpass.getuser()}@{login_host or 'LOGIN_HOST'}"
-    return ["ssh", "-N", "-L", f"{port}:{host}:{port}", destination], port
+    login = login_host or "LOGIN_HOST"
+    destination = login if "@" in login else f"{user or getpass.getuser()}@{login}"
+    options = ["-p", str(ssh_port)] if ssh_port != 22 else []
+    return ["ssh", "-N", *options, "-L", f"{port}:{host}:{port}", destination], port
 
 
-def tunnel_hint(url: str, login_host: str | None, user: str | None = None) -> str:
+def tunnel_hint(url: str, login_host: str | None, user: str | None = None, *, ssh_port: int = 22) -> str:
     """The tunnel as lines to paste: every word of the command shell-quoted (its host, login host
     and user come from flags and the environment); the comment line holds only the port number."""
-    argv, port = tunnel_argv(url, login_host, user)
+    argv, port = tunnel_argv(url, login_host, user, ssh_port=ssh_port)
     return f"{shell_words(argv)}\n# then, on the laptop: kit query --url http://127.0.0.1:{port}"
 
 
-@click.command(name="query", cls=KitCommand, free_text=("prompt",))
+@click.command(name="query", cls=KitCommand, free_text=("prompt", "system"))
 @click.option("--url", type=Url(), help="Server URL (default: the head of the cluster, port ports.api).")
 @click.option("--api-key-file", type=click.Path(dir_okay=False), help="File holding the API key.")
 @click.option("--model", help="Model name to ask (default: the first one the server lists).")
 @click.option("--prompt", "-p", default="Say hello in one short sentence.", show_default=True)
+@click.option("--system", "-s", help="A system message before the prompt.")
+@click.option(
+    "--image",
+    metavar="FILE|URL",
+    help="An image with the prompt (OpenAI image_url content part): a file (sent as a data: URL) or an http(s) URL.",
+)
 @click.option("--max-tokens", type=Count(1, 10_000_000), default=32, show_default=True)
 @click.option("--temperature", type=Number(0), default=0.0, show_default=True)
 @click.option("--stream", is_flag=True, help="Stream the answer as it is generated.")
 @click.option("--tunnel-hint", "tunnel", is_flag=True, help="Only print the SSH port-forward to reach the server.")
-@click.option("--login-host", help="Login node for --tunnel-hint.")
+@click.option("--login-host", help="[USER@]HOST of the login node for --tunnel-hint (config: tunnel.login_host).")
+@click.option("--ssh-port", type=Count(1, 65535), help="Its SSH port (config: tunnel.ssh_port).")
 @config_options
 @json_option
 def command(
@@ -58,11 +70,14 @@ def command(
     api_key_file: str | None,
     model: str | None,
     prompt: str,
+    system: str | None,
+    image: str | None,
     max_tokens: int,
     temperature: float,
     stream: bool,
     tunnel: bool,
     login_host: str | None,
+    ssh_port: int | None,
     config_path: str | None,
     cluster: str | None,
     set_values: tuple[str, ...],
@@ -79,10 +94,12 @@ def command(
       kit query
       kit query --cluster demo
       kit query --prompt "What is NCCL?" --max-tokens 64 --stream
+      kit query --system "Answer in French." --prompt "What is in this picture?" --image cat.png
       kit query --url http://127.0.0.1:8000 --api-key-file ~/.kit/api_key
-      kit query --tunnel-hint --login-host login.cluster.example
+      kit query --tunnel-hint --login-host login.cluster.example --ssh-port 2222
     """
     readable(api_key_file, "--api-key-file")
+    picture = client.image_url(image) if image else None  # read and checked before any request
     target = Cluster.find(config_path, cluster_overrides(cluster, set_values))
     running = target.running()
     operated = target.operated(running)  # the cluster's port, served name and key file (issue 25)
@@ -90,8 +107,11 @@ def command(
     warn([d.line(target.name) for d in target.drift(running)], as_json=as_json)
     base = (url or target.url(list(running.nodes))).rstrip("/")
     if tunnel:
-        argv, _ = tunnel_argv(base, login_host)
-        emit("query", {"url": base, "tunnel": shell_words(argv)}, as_json=as_json, text=tunnel_hint(base, login_host))
+        login = login_host or config.tunnel.login_host
+        port = ssh_port or config.tunnel.ssh_port
+        argv, _ = tunnel_argv(base, login, ssh_port=port)
+        text = tunnel_hint(base, login, ssh_port=port)
+        emit("query", {"url": base, "tunnel": shell_words(argv)}, as_json=as_json, text=text)
         return
     key_file = api_key_file or config.api_key_file
     key = client.read_key(key_file)
@@ -110,13 +130,24 @@ def command(
         streamed.append(delta)
 
     answer = client.chat(
-        base, key, name, prompt, max_tokens=max_tokens, temperature=temperature, stream=stream, on_text=show
+        base,
+        key,
+        name,
+        prompt,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        stream=stream,
+        on_text=show,
+        system=system,
+        image=picture,
     )
     result: dict[str, Any] = {
         "url": base,
         "models": [m["id"] for m in models],
         "model": name,
         "prompt": prompt,
+        "system": system,
+        "image": image,  # as given: a file's content is not repeated
         "answer": answer.text,
         "finish_reason": answer.finish_reason,
         "usage": {"prompt_tokens": answer.prompt_tokens, "completion_tokens": answer.completion_tokens},

@@ -8,19 +8,36 @@ from typing import Any
 import click
 
 from kit.cluster import Cluster, ServePlan, ServeResult
+from kit.cluster.host_share import one_host_overrides
 from kit.cluster.resolve import guessed_warning
-from kit.commands._options import config_options, json_option, overrides_from
+from kit.commands._options import config_options, json_option, layout_options, overrides_from
 from kit.commands._params import KitCommand
 from kit.commands._signals import sigterm_as_interrupt
+from kit.config import KitConfig
+from kit.errors import UsageError
 from kit.images.vllm_releases import unknown_warning
 from kit.layout import Layout
 from kit.output import emit, progress, warn
+from kit.plan.container_args import to_apptainer_env, to_apptainer_start_argv, to_docker_argv
 from kit.plan.exposure import exposures
-from kit.render import shell_quote
+from kit.plan.node import ContainerSpec
+from kit.plan.roles import HEAD
+from kit.render import shell_quote, shell_words
 from kit.supervise.events import Event
 
 FLAG_KEYS = {
     "model": "model.id",
+    "gpus": "gpus",
+    "gpus_per_node": "gpus_per_node",
+    "nodes": "nodes",
+    "backend": "backend",
+    "accelerator": "accelerator",
+    "runtime": "runtime",
+    "image": "image",
+    "tp": "model.tp",
+    "pp": "model.pp",
+    "dp": "model.dp",
+    "ep": "model.ep",
     "served_name": "model.served_name",
     "max_model_len": "model.max_model_len",
     "port": "ports.api",
@@ -31,7 +48,16 @@ FLAG_KEYS = {
 
 
 @click.command(name="serve", cls=KitCommand)
+@click.argument("model_arg", metavar="[MODEL]", required=False)
 @click.option("--model", help="Model id or path (config: model.id).")
+@click.option("--gpus", help="GPUs of this host to serve on: 'all' or physical indices like 2,3 (config: gpus).")
+@click.option("--gpus-per-node", type=int, help="GPUs per node (config: gpus_per_node; MODEL: from --gpus).")
+@click.option("--nodes", type=int, help="Nodes in the cluster (config: nodes; MODEL: 1).")
+@click.option("--backend", type=click.Choice(["ray", "mp"]), help="Ray, or vLLM's mp backend (MODEL: mp).")
+@click.option("--accelerator", type=click.Choice(["gpu", "cpu"]), help="gpu, or cpu (vLLM CPU build).")
+@click.option("--runtime", type=click.Choice(["docker", "apptainer"]), help="Container runtime.")
+@click.option("--image", help="Image reference (or SIF path with --runtime apptainer).")
+@layout_options
 @click.option("--served-name", help="Name clients use (config: model.served_name).")
 @click.option("--max-model-len", type=int, help="Context length (config: model.max_model_len).")
 @click.option("--port", type=int, help="API port (config: ports.api).")
@@ -55,6 +81,7 @@ FLAG_KEYS = {
 @config_options
 @json_option
 def command(
+    model_arg: str | None,
     config_path: str | None,
     set_values: tuple[str, ...],
     replace: bool,
@@ -66,6 +93,12 @@ def command(
     """Start `vllm serve` for the planned topology and wait until /health answers.
 
     \b
+    kit serve MODEL: one command on one host, no kit.yaml: starts this host's node (one node,
+                the mp backend, the GPUs of --gpus) and serves MODEL on --port. Each such
+                server is its own cluster (named from MODEL and the port: `kit down --cluster
+                NAME` stops it), with every other port it binds derived from --port; a port or
+                GPU another cluster's running node holds is refused before anything starts
+                (--dry-run included).
     Ray backend: run on the head; it serves with --distributed-executor-backend ray.
     mp backend: starts every node on this host (rank 0 on the head, --headless elsewhere);
                 on a real cluster run `kit serve` on every node.
@@ -83,12 +116,20 @@ def command(
 
     \b
     Examples:
+      kit serve Qwen/Qwen2.5-7B-Instruct --gpus 0,1 --port 8000 --tp 2
+      kit serve meta-llama/Llama-3.1-8B-Instruct --gpus 2,3 --port 8001 --tp 2   # beside it
       kit serve
       kit serve --dry-run --set model.dp=16 --set model.ep=true
       kit serve --model meta-llama/Llama-3.1-70B-Instruct --max-model-len 32768 --timeout 3600
       kit serve --supervise --detach         # restart the group on failures; `kit status` shows it
     """
-    cluster = Cluster.load(config_path, overrides_from(flags, FLAG_KEYS, set_values))
+    overrides = overrides_from(flags, FLAG_KEYS, set_values)
+    if model_arg is not None:
+        if flags.get("model"):
+            raise UsageError("MODEL and --model name the same thing", hint="pass one of them")
+        overrides["model.id"] = (model_arg, "argument MODEL")
+        overrides = one_host_overrides(config_path, overrides)
+    cluster = Cluster.load(config_path, overrides)
     config = cluster.config
     cluster.check()
     say = functools.partial(progress, as_json=as_json)
@@ -113,6 +154,9 @@ def command(
         warn(warnings, as_json=as_json)
         plan = {**to_dict(cluster.plan_serve(), cluster.layout), "model_cache": cache.to_dict()}
         prefix = ""
+        if model_arg is not None:  # the node `kit serve MODEL` starts first (the host-share check included)
+            plan["node"] = node_dict(cluster.plan_node(HEAD).spec, config)
+            prefix = node_text(plan["node"]) + "\n"
         if config.supervise.enabled:  # issue 18: what the supervisor is told (supervise.json)
             from kit.plan.supervise import plan_supervise, supervised_text
 
@@ -125,6 +169,10 @@ def command(
             text=lambda: prefix + dry_run_text(plan),
         )
         return
+    if model_arg is not None:  # issue 28's host-share check first: a clash is refused before any probe runs
+        cluster.plan_node(HEAD)
+    cluster.ensure_image(say)  # issue 24: an image kit never saw is probed now, before anything starts
+    config = cluster.config
     drift = cluster.layout_drift()
     warnings += [drift] if drift else []
 
@@ -134,13 +182,16 @@ def command(
             say(f"  | {line}")
 
     with sigterm_as_interrupt():  # issue 18: SIGTERM cleans up like Ctrl-C
+        if model_arg is not None:
+            start_node(cluster, say, cache_warnings)
         result = cluster.serve(replace=replace, on_progress=say, notes=cache_warnings, on_event=show_event)
     warn(warnings, as_json=as_json)
     emit(
         "serve",
         {**result.to_dict(), "model_cache": cache.to_dict(), "warnings": cache_warnings + warnings},
         as_json=as_json,
-        text=serve_text(result, detach=detach),
+        text=serve_text(result, detach=detach)
+        + (f"; stop it with: {shell_words(['kit', 'down', '--cluster', config.cluster])}" if model_arg else ""),
     )
     if not result.supervised or detach or not result.ready:
         return
@@ -150,6 +201,29 @@ def command(
     except KeyboardInterrupt:
         say(f"kit: stopped following; supervision goes on in {result.head} (`kit logs --events`, `kit down` ends it)")
         raise
+
+
+def start_node(cluster: Cluster, say: Any, notes: list[str]) -> None:
+    """`kit serve MODEL`: this host's node, unless it is running already (then it serves again)."""
+    if any(node.state == "running" for node in cluster.nodes()):
+        return
+    say(f"kit serve: starting the node of cluster {cluster.config.cluster}")
+    cluster.up(HEAD, replace=True, on_progress=say, notes=notes)
+
+
+def node_dict(spec: ContainerSpec, config: KitConfig) -> dict[str, Any]:
+    """The node container `kit serve MODEL` starts, as its runtime gets it."""
+    if config.runtime == "apptainer":
+        argv = to_apptainer_start_argv(spec, config.image)
+        return {"container": spec.name, "argv": argv, "env": to_apptainer_env(spec.env)}
+    return {"container": spec.name, "argv": to_docker_argv(spec)}
+
+
+def node_text(node: dict[str, Any]) -> str:
+    env = [f"{k}={v}" for k, v in node.get("env", {}).items()]
+    return "# --- the node this host starts first (kit serve MODEL):\n" + shell_words(
+        [*(["env", *env] if env else []), *node["argv"]]
+    )
 
 
 def serve_text(result: ServeResult, *, detach: bool) -> str:

@@ -9,11 +9,22 @@ from typing import Any
 import click
 
 from kit.cluster.model import ModelCache, check_model_cache, decide_offline, with_offline
-from kit.cluster.resolve import Resolution, check_plan, check_secret_files, refuse_guessed, resolve
+from kit.cluster.resolve import (
+    Resolution,
+    check_local_model,
+    check_plan,
+    check_prologue,
+    check_secret_files,
+    refuse_guessed,
+    resolve,
+)
 from kit.commands._options import config_options, json_option, layout_options, overrides_from
 from kit.commands._params import KitCommand, writable
+from kit.config import KitConfig
 from kit.errors import ConfigError
+from kit.images.vllm_releases import unknown_warning
 from kit.output import emit, progress, warn
+from kit.plan.image_check import unchecked_warning
 from kit.plan.slurm import SERVER_READY_MARK, check_slurm_config, plan_slurm_files
 from kit.render import shell_words
 
@@ -41,6 +52,11 @@ FLAG_KEYS = {
     "job_error": "slurm.error",
     "supervise": "supervise.enabled",
     "requeue": "slurm.requeue",
+    "exclusive": "slurm.exclusive",
+    "prologue": "slurm.prologue",
+    "login_host": "tunnel.login_host",
+    "ssh_port": "tunnel.ssh_port",
+    "api_listen": "api_listen",
 }
 
 
@@ -67,7 +83,19 @@ FLAG_KEYS = {
 @click.option("--job-name", help="#SBATCH --job-name (slurm.job_name).")
 @click.option("--job-output", help="#SBATCH --output file, %j = job id (slurm.output).")
 @click.option("--job-error", help="#SBATCH --error file (slurm.error).")
-@click.option("--exclusive", is_flag=True, help="#SBATCH --exclusive (whole nodes; advisable with Docker).")
+@click.option(
+    "--exclusive",
+    is_flag=True,
+    default=None,
+    help="#SBATCH --exclusive: whole nodes (slurm.exclusive); without it Docker takes the step's GPUs only.",
+)
+@click.option(
+    "--prologue",
+    help="A shell file of yours the job sources first: module load apptainer, site environment (slurm.prologue).",
+)
+@click.option("--api-listen", type=click.Choice(["node-ip", "all"]), help="Where the API listens (api_listen).")
+@click.option("--login-host", help="[USER@]HOST of the SSH tunnel line (tunnel.login_host).")
+@click.option("--ssh-port", type=int, help="SSH port of the login host (tunnel.ssh_port).")
 @click.option(
     "--supervise/--no-supervise", default=None, help="Restart the whole group on a failure (supervise.enabled)."
 )
@@ -81,7 +109,6 @@ FLAG_KEYS = {
 def command(
     config_path: str | None,
     set_values: tuple[str, ...],
-    exclusive: bool,
     out_path: str | None,
     submit: bool,
     as_json: bool,
@@ -115,17 +142,20 @@ def command(
     # Every node of the job must run the same layout, and the nodes' files are not the files of
     # this host: `auto` that this host could only guess is refused (issue 17).
     refuse_guessed(resolution.layout, "slurm")
+    check_slurm_config(config, sources)  # a key a job cannot honour, before what it would plan
     check_plan(resolution)
-    check_slurm_config(config, sources)
+    check_prologue(config, sources)
     if submit:
         check_secret_files(config, sources)  # the launcher checks again on every node
+        check_local_model(config, sources)
     path = Path(out_path or f"kit-{config.cluster}.sbatch")
-    launcher, *edfs = files = plan_slurm_files(config, str(path), exclusive=exclusive)
+    launcher, *edfs = files = plan_slurm_files(config, str(path))
     text = files[launcher]
-    layout = {**layout_fields(resolution), "model_cache": cache.to_dict(), "warnings": _warnings(cache)}
+    warnings = _warnings(cache, config)
+    layout = {**layout_fields(resolution), "model_cache": cache.to_dict(), "warnings": warnings}
     if out_path is None and not submit:
         progress(layout_line(resolution, cache), as_json=as_json)
-        warn(_warnings(cache), as_json=as_json)
+        warn(warnings, as_json=as_json)
         extra = {"edf": {p: files[p] for p in edfs}} if edfs else {}
         shown = "".join([text, *(f"# ---- kit: {p} (environment definition) ----\n{files[p]}" for p in edfs)])
         emit("slurm", {"launcher": text, **extra, **layout}, as_json=as_json, text=shown.rstrip("\n"))
@@ -138,7 +168,7 @@ def command(
     if edfs:
         result["edf"] = edfs
     progress(layout_line(resolution, cache), as_json=as_json)
-    warn(_warnings(cache), as_json=as_json)
+    warn(warnings, as_json=as_json)
     if not submit:
         emit("slurm", result, as_json=as_json, text=f"wrote {path} (submit it with: {shell_words(['sbatch', path])})")
         return
@@ -161,8 +191,20 @@ def command(
     )
 
 
-def _warnings(cache: ModelCache) -> list[str]:
-    return [cache.warning] if cache.warning else []
+def _warnings(cache: ModelCache, config: KitConfig) -> list[str]:
+    """The model cache's line; an image whose vLLM release kit cannot tell (a .sif, a `latest`
+    tag), rendered for kit's default release; an API on an interface the login host may not reach."""
+    out = [cache.warning] if cache.warning else []
+    unknown = unknown_warning(config.vllm)
+    out += [unknown] if unknown else []
+    if config.interface != "auto" and config.api_listen == "node-ip":
+        out.append(
+            "the API listens on the head's address on the interface set (interface), which the login host may "
+            "not reach: set api_listen: all (every interface) if the tunnel cannot connect"
+        )
+    if config.image_options is None:  # issue 24: no record of the image's parser here
+        out.append(unchecked_warning(config))
+    return out
 
 
 def layout_fields(resolution: Resolution) -> dict[str, Any]:

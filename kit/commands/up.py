@@ -96,6 +96,8 @@ def command(
     role = role_from_flags(is_head, is_worker, node_rank)
     cluster = Cluster.load(config_path, overrides_from(flags, FLAG_KEYS, set_values))
     check_local(cluster.config)  # pyxis/edf: srun starts the containers (a dry run included)
+    if not dry_run:  # issue 24: an image kit never saw is probed now, before any container starts
+        cluster.ensure_image(functools.partial(progress, as_json=as_json))
     node = cluster.plan_node(role)
     plan = describe(cluster, node)
     # What the node leaves open (no API key, no Ray token), and a layout this host could only

@@ -17,6 +17,7 @@ from kit.errors import ConfigError, UsageError
 from kit.output import emit, progress
 from kit.plan.exposure import exposures
 from kit.verify import policy
+from kit.verify.latency import LATENCY_METHODS
 from kit.verify.policy import EXPECTS
 from kit.verify.report import VerifyResult, junit_xml, raise_if_failed, render_text
 
@@ -45,7 +46,8 @@ if TYPE_CHECKING:
 @click.option(
     "--image",
     metavar="IMAGE",
-    help="Validate an image only (CI): imports, versions, `vllm serve --help`, RDMA userland, probe files.",
+    help="Validate an image (CI): imports, versions, its `vllm serve` parser, Ray, RDMA userland, probe files; "
+    "with --config, whether that cluster config starts on it (its facts are recorded, as by kit pull).",
 )
 @click.option(
     "--expect",
@@ -75,6 +77,15 @@ if TYPE_CHECKING:
     type=click.Choice(["all-reduce", "all-to-all", "both"]),
     help="Collective(s) to probe across all GPUs of all nodes  [default: all-reduce; both when the "
     "config turns expert parallelism on (model.ep): all-to-all is what MoE experts exchange]",
+)
+@click.option(
+    "--latency",
+    type=click.Choice(["auto", "off", *LATENCY_METHODS]),
+    default="auto",
+    show_default=True,
+    help="How to time the all-reduce at decode sizes (4 KiB-1 MiB), beside the bandwidth. auto: NCCL "
+    "called directly, 64 all-reduces per CUDA graph (as decode runs them), else torch.distributed in "
+    "CUDA graphs; Gloo (CPU): back to back. The output names the method.",
 )
 @click.option("--no-collective", is_flag=True, help="Skip the collective probe.")
 @click.option(
@@ -125,6 +136,7 @@ def command(
     sizes: str | None,
     budget_s: float,
     collective_kind: str | None,
+    latency: str,
     no_collective: bool,
     model: str | None,
     python: str,
@@ -148,13 +160,15 @@ def command(
                                     (nodes, GPUs, model, ports from the config; flags override)
     kit verify --host               this machine directly (2 GPUs: under 30 s)
     kit verify --image IMAGE        image only, for CI (with --junit report.xml)
+    kit verify --image IMAGE --config kit.yaml
+                                    will this cluster config start on this image? (parser, Ray, ...)
     kit verify --job-output FILE    the containers of a pyxis/EDF job (the job's output file)
     Exits 7 when a check fails; warnings do not change the exit code.
     """
     from kit.verify import runner
 
-    if (on_host or image) and (cluster or config_path or set_values):
-        raise UsageError("--cluster, --config and --set apply to cluster mode only (no --host/--image)")
+    if on_host and (cluster or config_path or set_values):
+        raise UsageError("--cluster, --config and --set apply to cluster mode and --image only (not --host)")
     if on_host and image:
         raise UsageError("--host and --image exclude each other")
     if nnodes > 1 and not (on_host and head_address):
@@ -166,7 +180,7 @@ def command(
     check_sizes(sizes)
     writable(junit_path, "--junit")  # before any probe runs, not after
     expectations = runner.Expectations(expect, expected_nodes, gpus_per_node)
-    spec = runner.CollectiveSpec(sizes, budget_s, timeout_s, master_port, _collectives(collective_kind))
+    spec = runner.CollectiveSpec(sizes, budget_s, timeout_s, master_port, _collectives(collective_kind), latency)
     result: VerifyResult
     if job_output:
         from kit import safeload
@@ -180,7 +194,19 @@ def command(
         from kit.verify.image import verify_image
 
         progress(f"verify: probing image {image}", as_json=as_json)
-        result = verify_image(image, docker=docker, gpus=gpus)
+        plan = None
+        if config_path or set_values or cluster:
+            # Issue 24: "will this cluster config start on this image?" The config is resolved once
+            # the image's facts are recorded: the image's own parser shapes the plan.
+            overrides = overrides_from(
+                {"cluster": cluster, "image": image}, {"cluster": "cluster", "image": "image"}, set_values
+            )
+
+            def plan() -> tuple[KitConfig, Mapping[str, str]]:
+                resolution = Cluster.load(config_path, overrides).resolution
+                return resolution.config, resolution.sources
+
+        result = verify_image(image, docker=docker, gpus=gpus, plan=plan)
     elif on_host:
         progress("verify: probing this host", as_json=as_json)
         result = runner.verify_host(

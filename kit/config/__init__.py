@@ -63,11 +63,20 @@ class Model:
     offline: str = "auto"  # auto | true | false (kit.cluster.model)
 
 
+# What timeouts.ready `auto` waits outside SLURM (under SLURM: the job's remaining walltime).
+READY_AUTO_S = 1800
+
+
 @dataclass(frozen=True)
 class Timeouts:
     join: int
-    ready: int
+    ready: int | str  # seconds, or "auto" (ready_s; the SLURM launcher: the remaining walltime)
     liveness: int = 30
+
+    @property
+    def ready_s(self) -> int:
+        """Seconds `kit serve` waits for /health: the number set, or READY_AUTO_S for auto."""
+        return READY_AUTO_S if self.ready == "auto" else int(self.ready)
 
 
 @dataclass(frozen=True)
@@ -95,6 +104,20 @@ class Apptainer:
     image_dir: str
     cache_dir: str | None
     tmp_dir: str | None
+    gpu_args: tuple[str, ...] = ("--nv",)  # --nv, or what the site needs (--nvccli ...)
+    extra_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Docker:
+    user: str | None = None  # UID[:GID]: docker run --user (as Apptainer runs as the user)
+    read_only: bool = False  # docker run --read-only, /tmp a tmpfs (as Apptainer's image)
+
+
+@dataclass(frozen=True)
+class Tunnel:
+    login_host: str | None = None  # the SSH tunnel hint's login host (None: the job's submit host)
+    ssh_port: int = 22
 
 
 @dataclass(frozen=True)
@@ -113,6 +136,8 @@ class Slurm:
     output: str
     error: str
     requeue: bool
+    exclusive: bool = False
+    prologue: str | None = None  # a file of the user's every node step sources (kit.plan.slurm)
 
 
 @dataclass(frozen=True)
@@ -149,11 +174,17 @@ class KitConfig:
     slurm: Slurm
     supervise: Supervise
     compile_cache: CompileCache = CompileCache()
+    docker: Docker = Docker()
+    tunnel: Tunnel = Tunnel()
+    api_listen: str = "node-ip"  # node-ip | all (kit.plan.vllm: --host)
     # The layout kit.plan.layout decided (kit.cluster.resolve applies it, with the model's facts
     # when this host has them): the config never plans it itself (issue 26).
     planned: Layout | None = None
     # Where kit.cluster.resolve learnt `vllm_version` when the config said auto (kit's image record).
     vllm_version_from: str | None = None
+    # The image's `vllm serve` options, from its recorded facts (kit.images.facts; set by
+    # kit.cluster.resolve): where known, the image's parser decides what kit renders (issue 24).
+    image_options: frozenset[str] | None = None
 
     @property
     def tp(self) -> int:
@@ -395,6 +426,9 @@ def build(values: Mapping[str, Any]) -> KitConfig:
 
     model = section("model")
     model["extra_args"] = tuple(model["extra_args"])
+    apptainer = section("apptainer")
+    apptainer["gpu_args"] = tuple(apptainer["gpu_args"])
+    apptainer["extra_args"] = tuple(apptainer["extra_args"])
     top = {k: v for k, v in values.items() if "." not in k}
     top["mounts"] = tuple(top["mounts"])
     top["env"] = dict(top["env"])
@@ -404,11 +438,13 @@ def build(values: Mapping[str, Any]) -> KitConfig:
         model=Model(**model),
         timeouts=Timeouts(**section("timeouts")),
         ray=Ray(**section("ray")),
-        apptainer=Apptainer(**section("apptainer")),
+        apptainer=Apptainer(**apptainer),
         enroot=Enroot(**section("enroot")),
         slurm=Slurm(**section("slurm")),
         supervise=Supervise(**section("supervise")),
         compile_cache=CompileCache(**section("compile_cache")),
+        docker=Docker(**section("docker")),
+        tunnel=Tunnel(**section("tunnel")),
     )
 
 

@@ -4,7 +4,7 @@ loads and layers the values; `kit config show` and the README's key list read th
 
 from __future__ import annotations
 
-from kit.images.vllm_releases import ALL2ALL_BACKENDS, DP_LB_MODES
+from kit.images.vllm_releases import DP_LB_MODES
 from kit.validate import Spec
 
 # Names that become parts of container, network and label names (Docker's rule).
@@ -13,6 +13,8 @@ NAME_PATTERN = (r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}", "letters, digits, '.', '_' o
 INTERFACE_PATTERN = (r"auto|[A-Za-z0-9_.@][A-Za-z0-9_.@-]{0,14}", "an interface name like eth0 or ib0, or auto")
 # vllm_version: a release kit.images.vllm_releases renders for, or auto.
 VERSION_PATTERN = (r"auto|v?[0-9]{1,4}\.[0-9]{1,4}\.[0-9]{1,4}", "auto or a vLLM release like 0.33.0")
+# model.all2all: a backend name; which ones exist is the image's parser's to say (issue 24).
+ALL2ALL_PATTERN = (r"auto|[a-z][a-z0-9_]{0,63}", "auto or a backend name like deepep_low_latency")
 
 
 def _port(default: int, help: str) -> Spec:
@@ -34,7 +36,9 @@ SCHEMA: dict[str, Spec] = {
     "vllm_version": Spec(
         "str", "auto", "the image's vLLM release X.Y.Z, or auto (kit's record, the tag)", pattern=VERSION_PATTERN
     ),
-    "backend": Spec("choice", "ray", "multi-node backend: Ray, or vLLM's own (mp)", ("ray", "mp")),
+    # mp, vLLM's own multi-node backend, is the default (issue 24): vLLM stopped depending on Ray in
+    # 0.18.0 and its stock images have no `ray` since. Ray needs an image that has it (kit build ray).
+    "backend": Spec("choice", "mp", "multi-node backend: vLLM's own (mp), or Ray (an image with Ray)", ("mp", "ray")),
     "accelerator": Spec("choice", "gpu", "gpu, or cpu (vLLM's CPU build; demo and tests)", ("gpu", "cpu")),
     "nodes": Spec("int", 1, "number of nodes in the cluster", low=1, high=16384),
     "gpus_per_node": Spec("int", 1, "GPUs per node (with accelerator=cpu: engine ranks per node)", low=1, high=1024),
@@ -76,6 +80,21 @@ SCHEMA: dict[str, Spec] = {
         "int", 29550, "data-parallel RPC port on the head (--data-parallel-rpc-port; vLLM's default)", low=1, high=65535
     ),
     "ports.supervisor": _port(29570, "supervisor control endpoint on the head's node IP (supervise.enabled)"),
+    "api_listen": Spec(
+        "choice",
+        "node-ip",
+        "where the API listens: node-ip (the head's node IP only), or all (every interface: a login node "
+        "reaching the head by another network than `interface`)",
+        ("node-ip", "all"),
+    ),
+    "tunnel.login_host": Spec(
+        "str",
+        None,
+        "[USER@]HOST the SSH tunnel hint goes through (default: the job's submit host)",
+        optional=True,
+        pattern=(r"([A-Za-z0-9_.][A-Za-z0-9_.-]{0,63}@)?[A-Za-z0-9][A-Za-z0-9.-]{0,252}", "a host name, or USER@HOST"),
+    ),
+    "tunnel.ssh_port": Spec("int", 22, "SSH port of tunnel.login_host", low=1, high=65535),
     "model.id": Spec(
         "str", "Qwen/Qwen2.5-7B-Instruct", "model id on the hub, or a path inside the HF cache mount", text="path"
     ),
@@ -99,7 +118,9 @@ SCHEMA: dict[str, Spec] = {
     ),
     "model.ep": Spec("bool", False, "expert parallelism for MoE layers (--enable-expert-parallel), over TP×DP GPUs"),
     # vLLM reads --max-model-len -1 as auto: the longest context that fits (human_readable_int_or_auto).
-    "model.all2all": Spec("choice", "auto", "EP all-to-all backend, or auto (vLLM's)", ("auto", *ALL2ALL_BACKENDS)),
+    "model.all2all": Spec(
+        "str", "auto", "EP all-to-all backend (one the image's vLLM accepts), or auto (vLLM's)", pattern=ALL2ALL_PATTERN
+    ),
     "model.api_servers": Spec("int_auto", "auto", "--api-server-count, or auto (vLLM's)", low=1, high=1024),
     "model.dp_lb": Spec("choice", "internal", "DP load balancing: internal (head) or hybrid (per node)", DP_LB_MODES),
     "model.max_model_len": Spec(
@@ -156,7 +177,13 @@ SCHEMA: dict[str, Spec] = {
     "timeouts.join": Spec(
         "int", 600, "seconds a worker keeps retrying to join the head / head waits for nodes", low=1, high=10_000_000
     ),
-    "timeouts.ready": Spec("int", 1800, "seconds to wait for the server to become healthy", low=1, high=10_000_000),
+    "timeouts.ready": Spec(
+        "int_auto",
+        "auto",
+        "seconds to wait for the server to become healthy, or auto: 1800, and under SLURM the job's remaining walltime",
+        low=1,
+        high=10_000_000,
+    ),
     "timeouts.liveness": Spec(
         "int",
         30,
@@ -181,6 +208,30 @@ SCHEMA: dict[str, Spec] = {
     "apptainer.tmp_dir": Spec(
         "str", None, "APPTAINER_TMPDIR (needs room for the unpacked image)", optional=True, text="path"
     ),
+    "apptainer.gpu_args": Spec(
+        "list",
+        ["--nv"],
+        "Apptainer's GPU options on every node (a site may need [--nvccli, --writable-tmpfs])",
+        text="arg",
+        high=32,
+    ),
+    "apptainer.extra_args": Spec(
+        "list",
+        [],
+        "more options of every node's `apptainer exec`/`instance start` (e.g. --fakeroot)",
+        text="arg",
+        high=64,
+    ),
+    "docker.user": Spec(
+        "str",
+        None,
+        "run the node containers as UID[:GID] (docker run --user), as Apptainer runs them as you",
+        optional=True,
+        pattern=(r"[0-9]{1,10}(:[0-9]{1,10})?", "a numeric UID or UID:GID, e.g. 1000:1000"),
+    ),
+    "docker.read_only": Spec(
+        "bool", False, "read-only image filesystem (docker run --read-only; /tmp a tmpfs), as Apptainer's image is"
+    ),
     "enroot.image_dir": Spec(
         "str", "~/.local/share/kit/images", "where `kit pull --runtime enroot` writes squashfs files", text="path"
     ),
@@ -193,6 +244,17 @@ SCHEMA: dict[str, Spec] = {
     "slurm.output": Spec("str", "kit-%j.out", "#SBATCH --output", text="path"),
     "slurm.error": Spec("str", "kit-%j.err", "#SBATCH --error", text="path"),
     "slurm.requeue": Spec("bool", False, "#SBATCH --requeue, and requeue the job when supervision gives up"),
+    "slurm.exclusive": Spec(
+        "bool", False, "#SBATCH --exclusive (whole nodes: runtime docker then gives the containers every GPU)"
+    ),
+    "slurm.prologue": Spec(
+        "str",
+        None,
+        "a shell file of yours every node sources before anything starts (module load apptainer, site "
+        "environment); kit only sources it, never copies it",
+        optional=True,
+        text="path",
+    ),
 }
 
 SECRET_ENV_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY", "OPENAI_API_KEY", "RAY_AUTH_TOKEN")

@@ -26,12 +26,29 @@ class ImageKind:
     version_arg: str
     base_arg: str  # the build arg --base-image sets
     base_is_repository: bool = False  # True: --base-image is a repository; the tag is separate
+    layer: bool = False  # True: a layer on --base-image; the default tag is the base's + "-<arg><version>"
 
 
 IMAGE_KINDS: dict[str, ImageKind] = {
     "cpu": ImageKind("kit/vllm-cpu", "VLLM_CPU_VERSION", "BASE_IMAGE"),
     "vllm": ImageKind("kit/vllm", "VLLM_TAG", "VLLM_IMAGE", base_is_repository=True),
+    # issue 24: Ray onto any vLLM image (kit/vllm-cpu:0.32.0 -> kit/vllm-cpu:0.32.0-ray2.60.0)
+    "ray": ImageKind("", "RAY_VERSION", "BASE_IMAGE", layer=True),
 }
+
+
+def layer_tag(base: str, what: str, version: str) -> str:
+    """The default tag of a layer on `base`: its repository and tag with -<what><version>
+    (vllm/vllm-openai:v0.33.0 -> vllm/vllm-openai:v0.33.0-ray2.60.0; a digest-only base gets
+    <what><version>)."""
+    suffix = f"{what}{version}"
+    if base.endswith(".sif") or base.startswith("/"):  # an image file (Apptainer): kit/<its name>
+        stem = re.sub(r"[^a-z0-9]+", "-", Path(base).stem.lower()).strip("-") or "image"
+        return f"kit/{stem}:{suffix}"
+    ref = parse_ref(base)
+    tag = ref.tag if ref.tag and not (ref.digest and ref.tag == "latest") else None
+    return f"{ref.repository}:{tag}-{suffix}" if tag else f"{ref.repository}:{suffix}"
+
 
 _ARG_RE = re.compile(r"^\s*ARG\s+([A-Za-z_][A-Za-z0-9_]*)(?:=(\S*))?", re.MULTILINE)
 
@@ -144,7 +161,11 @@ def plan_build_context(
         flag = flags.get(unknown[0], "--offline")
         raise UsageError(f"{flag} does not apply to the {name} image (its Dockerfile has no ARG {unknown[0]})")
 
-    if tag is None:
+    if tag is None and kind is not None and kind.layer:
+        base = buildargs.get(kind.base_arg) or declared.get(kind.base_arg) or ""
+        version = buildargs.get(kind.version_arg) or declared.get(kind.version_arg) or "latest"
+        tag = layer_tag(base, name, version)
+    elif tag is None:
         repository = kind.repository if kind else f"kit/{name}"
         version = None
         if kind:
@@ -168,6 +189,35 @@ def write_build_context(plan: ContextPlan, dest: Path) -> None:
         except OSError:
             pass  # another filesystem: copy instead
         shutil.copy2(src, target)
+
+
+# ---- Apptainer definitions with build arguments (containers/ray/kit-ray.def) -----------------
+
+
+def takes_build_args(path: Path) -> bool:
+    """A definition with an %arguments section (Apptainer >= 1.2: {{ NAME }} templates)."""
+    try:
+        return any(line.strip() == "%arguments" for line in path.read_text().splitlines())
+    except OSError:
+        return False
+
+
+def definition_build_args(buildargs: Mapping[str, str]) -> list[str]:
+    """--build-arg NAME=VALUE for a layer's definition; BASE_IMAGE picks the bootstrap agent:
+    an image file (localimage), docker-daemon:REF (a local Docker image), else a registry (docker)."""
+    args = dict(buildargs)
+    base = args.get("BASE_IMAGE")
+    if base is not None:
+        if base.endswith(".sif") or base.startswith("/"):
+            args["BOOTSTRAP"] = "localimage"
+        elif base.startswith("docker-daemon:"):
+            args.update(BOOTSTRAP="docker-daemon", BASE_IMAGE=base.removeprefix("docker-daemon:"))
+        else:
+            args.update(BOOTSTRAP="docker", BASE_IMAGE=base.removeprefix("docker://"))
+    out: list[str] = []
+    for key, value in sorted(args.items()):
+        out += ["--build-arg", f"{key}={value}"]
+    return out
 
 
 # ---- the build request: one object, sent by the adapter and printed by --dry-run ------------

@@ -128,6 +128,53 @@ def build_image_id(event: Mapping[str, Any]) -> str | None:
     return None
 
 
+# Builder output worth a line without --verbose: what pip and apt are doing (issue 24: a pip
+# step that installs vLLM or Ray otherwise says nothing for minutes). Milestones always show;
+# the others at most one per BuildProgress.interval.
+_MILESTONE_RE = re.compile(
+    r"^(kit: |Installing collected packages|Successfully installed|Requirement already satisfied: ray)"
+)
+_ACTIVITY_RE = re.compile(r"^(Collecting |Downloading |Building wheel|Get:\d+ |Unpacking |Setting up |Processing )")
+
+
+@dataclass
+class BuildProgress:
+    """What to show of a long build step (pure: time is passed in). `detail(line, now)`: the
+    builder line to show, or None; `heartbeat(now)`: a line saying the step still runs when
+    nothing was shown for `quiet_after` seconds (pip installing big wheels prints nothing)."""
+
+    interval: float = 10.0
+    quiet_after: float = 30.0
+    step: str | None = None
+    step_at: float = 0.0
+    shown_at: float = 0.0
+    last_line: str = ""
+
+    def on_step(self, text: str, now: float) -> None:
+        self.step, self.step_at, self.shown_at, self.last_line = text, now, now, ""
+
+    def detail(self, line: str, now: float) -> str | None:
+        text = line.strip()
+        if not text:
+            return None
+        self.last_line = text
+        shown = bool(_MILESTONE_RE.match(text)) or (
+            bool(_ACTIVITY_RE.match(text)) and now - self.shown_at >= self.interval
+        )
+        if not shown:
+            return None
+        self.shown_at = now
+        return "  " + (text if len(text) <= 140 else text[:137] + "...")
+
+    def heartbeat(self, now: float) -> str | None:
+        if self.step is None or now - self.shown_at < self.quiet_after:
+            return None
+        self.shown_at = now
+        elapsed = int(now - self.step_at)
+        last = f"; last output: {self.last_line[:80]}" if self.last_line else ""
+        return f"  ... {self.step.split(' : ', 1)[0]} still running ({elapsed // 60} min {elapsed % 60:02d} s{last})"
+
+
 _RUN_FAILED = re.compile(r"The command '.*' returned a non-zero code: (\d+)\s*$", re.DOTALL)
 
 

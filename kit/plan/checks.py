@@ -9,7 +9,9 @@ from kit.config import KitConfig
 from kit.config.schema import SECRET_ENV_NAMES
 from kit.errors import ConfigError, ImageRefError
 from kit.images import vllm_releases as versions
+from kit.images.facts import ImageFacts
 from kit.images.reference import is_image_ref
+from kit.plan import image_check
 from kit.plan.layout import ModelFacts
 
 
@@ -223,33 +225,107 @@ def check_env(config: KitConfig, sources: Mapping[str, str]) -> None:
 
 
 def check_vllm_options(config: KitConfig, sources: Mapping[str, str]) -> None:
-    """The multi-node options the target vLLM release has (kit.images.vllm_releases): a choice it
-    removed or does not have yet is refused here, not found minutes into start-up (issue 19)."""
+    """What the image's parser cannot tell (kit.images.vllm_releases): a backend the target
+    release accepts but silently replaces is refused here, not found as a slowdown in production
+    (issue 19); the shape of hybrid DP load balancing. Whether the image has an option or a choice
+    at all is its parser's to say (kit.plan.image_check, issue 24)."""
     target = config.vllm
     m = config.model
     where = f"vLLM {target} from {target.source}"
     if m.all2all != "auto" and (problem := versions.all2all_problem(m.all2all, target.version)):
         message, fix = problem
         raise ConfigError(f"{message} ({where})", key="model.all2all", source=_src(sources, "model.all2all"), hint=fix)
-    if m.dp_lb != "internal":
-        if (problem := versions.dp_lb_problem(m.dp_lb, target.version)) is not None:
-            message, fix = problem
-            raise ConfigError(f"{message} ({where})", key="model.dp_lb", source=_src(sources, "model.dp_lb"), hint=fix)
-        if config.backend != "mp" or config.dp < 2 or config.nodes < 2:
-            raise ConfigError(
-                f"{m.dp_lb} DP load balancing gives every node its own API server over its DP ranks: it needs "
-                f"backend mp, model.dp > 1 and nodes > 1 (got backend {config.backend}, dp {config.dp}, "
-                f"nodes {config.nodes})",
-                key="model.dp_lb",
-                source=_src(sources, "model.dp_lb"),
-                hint="use model.dp_lb: internal (one endpoint on the head)",
-            )
+    if m.dp_lb != "internal" and (config.backend != "mp" or config.dp < 2 or config.nodes < 2):
+        raise ConfigError(
+            f"{m.dp_lb} DP load balancing gives every node its own API server over its DP ranks: it needs "
+            f"backend mp, model.dp > 1 and nodes > 1 (got backend {config.backend}, dp {config.dp}, "
+            f"nodes {config.nodes})",
+            key="model.dp_lb",
+            source=_src(sources, "model.dp_lb"),
+            hint="use model.dp_lb: internal (one endpoint on the head)",
+        )
 
 
-def check_config(config: KitConfig, sources: Mapping[str, str], *, model: ModelFacts | None = None) -> None:
-    """Every host-independent check, in the order a user would want to hear about them."""
+# Apptainer options that break a kit node (FIELD_NOTES §4): a private 64 MB /tmp and /dev/shm
+# (Ray breaks there), a cleaned environment (SLURM_* and kit's APPTAINERENV_ variables dropped).
+APPTAINER_REFUSED = {
+    "-c": "a private /tmp and /dev/shm of 64 MB, where Ray and NCCL break",
+    "--contain": "a private /tmp and /dev/shm of 64 MB, where Ray and NCCL break",
+    "-C": "a private /tmp, /dev/shm and network namespace, where Ray and NCCL break",
+    "--containall": "a private /tmp, /dev/shm and network namespace, where Ray and NCCL break",
+    "-e": "a cleaned environment: SLURM_* and kit's node environment would be dropped",
+    "--cleanenv": "a cleaned environment: SLURM_* and kit's node environment would be dropped",
+}
+
+
+def check_runtime_options(config: KitConfig, sources: Mapping[str, str]) -> None:
+    """The runtime-specific keys (issue 28): honoured by their runtime, refused with any other one
+    (never silently ignored), and Apptainer's options each one option word that keeps a node whole."""
+    if config.runtime != "docker":
+        for key, value in (("docker.user", config.docker.user), ("docker.read_only", config.docker.read_only)):
+            if value:
+                raise ConfigError(
+                    f"{key} is for runtime docker; with {config.runtime} the containers already run as you "
+                    "(Apptainer) or as the runtime maps you, on a read-only image",
+                    key=key,
+                    source=_src(sources, key),
+                    hint=f"unset {key}",
+                )
+    if config.runtime != "docker":
+        for key in ("ipc_host", "shm_size"):
+            if _src(sources, key) != "default" and (key == "shm_size" or not config.ipc_host):
+                raise ConfigError(
+                    f"{key} is for runtime docker: {config.runtime} containers always share the host's IPC "
+                    "namespace and /dev/shm",
+                    key=key,
+                    source=_src(sources, key),
+                    hint=f"unset {key}",
+                )
+    options = {"apptainer.gpu_args": config.apptainer.gpu_args, "apptainer.extra_args": config.apptainer.extra_args}
+    for key, words in options.items():
+        if config.runtime != "apptainer":
+            if _src(sources, key) != "default":
+                raise ConfigError(
+                    f"{key} is for runtime apptainer, not {config.runtime}",
+                    key=key,
+                    source=_src(sources, key),
+                    hint=f"unset {key}, or use runtime apptainer",
+                )
+            continue
+        for word in words:
+            name = word.split("=", 1)[0]
+            if not word.startswith("-") or any(c.isspace() for c in word):
+                raise ConfigError(
+                    f"{word!r} is not one option word: each item is one Apptainer option, like --nvccli "
+                    "or --bind=/scratch (an extra word would be read as the image)",
+                    key=key,
+                    source=_src(sources, key),
+                    hint="write options with their value attached (--opt=value), one per item",
+                )
+            if name in APPTAINER_REFUSED:
+                raise ConfigError(
+                    f"{name} gives the node {APPTAINER_REFUSED[name]}",
+                    key=key,
+                    source=_src(sources, key),
+                    hint=f"remove {name} (kit binds what a node needs itself)",
+                )
+
+
+def check_config(
+    config: KitConfig,
+    sources: Mapping[str, str],
+    *,
+    model: ModelFacts | None = None,
+    facts: ImageFacts | None = None,
+) -> None:
+    """Every host-independent check, in the order a user would want to hear about them; with the
+    image's recorded facts, the plan against the image's own parser and Ray (issue 24)."""
     check_image(config, sources)
     check_topology(config, sources, model=model)
     check_vllm_options(config, sources)
     check_ports(config, sources)
     check_env(config, sources)
+    check_runtime_options(config, sources)
+    image_check.check_extra_args(config, sources)
+    if facts is not None:
+        image_check.check_image(config, sources, facts)

@@ -75,6 +75,12 @@ def to_docker_kwargs(spec: ContainerSpec, *, foreground: bool = False) -> dict[s
         kwargs["cap_add"] = list(spec.cap_add)
     if spec.ulimits:
         kwargs["ulimits"] = [{"name": n, "soft": s, "hard": h} for n, s, h in spec.ulimits]
+    if spec.user:
+        kwargs["user"] = spec.user
+    if spec.read_only:
+        kwargs["read_only"] = True
+    if spec.tmpfs:
+        kwargs["tmpfs"] = dict.fromkeys(spec.tmpfs, "")
     return kwargs
 
 
@@ -109,6 +115,9 @@ def docker_run_argv(kw: Mapping[str, Any]) -> list[str]:
     argv += [f"--device={d}" for d in kw.get("devices", [])]
     argv += [f"--cap-add={c}" for c in kw.get("cap_add", [])]
     argv += [f"--ulimit={u['name']}={u['soft']}:{u['hard']}" for u in kw.get("ulimits", [])]
+    argv += [f"--user={kw['user']}"] if kw.get("user") else []
+    argv += ["--read-only"] if kw.get("read_only") else []
+    argv += [f"--tmpfs={path}" for path in kw.get("tmpfs", {})]
     for volume in kw["volumes"]:
         path, mode = volume.rsplit(":", 1)
         argv.append(f"--volume={path}" + (":ro" if mode == "ro" else ""))
@@ -137,14 +146,16 @@ def to_apptainer_start_argv(spec: ContainerSpec, image: str, *, foreground: bool
     through `to_apptainer_exec_argv`), or, foreground, one `apptainer exec` of the node script
     (SLURM: an instance daemon would escape srun's process tracking). Host network and host /dev
     (so /dev/shm and /dev/infiniband) are Apptainer's defaults; never --contain (Ray breaks in its
-    64 MB /tmp), never -e (--cleanenv drops SLURM_*). FIELD_NOTES §4.
+    64 MB /tmp), never -e (--cleanenv drops SLURM_*). FIELD_NOTES §4. GPUs: apptainer.gpu_args
+    (--nv, which shows every GPU of the host: CUDA_VISIBLE_DEVICES selects them by their physical
+    ids), then apptainer.extra_args, each one option word (kit.plan.checks).
 
     The environment is not in the argv: it goes with `to_apptainer_env(spec.env)` in the process
     environment of this command (and of the exec: an instance's start environment does not reach
     the processes later exec'd into it)."""
     check_paths(spec.mounts, "Apptainer's --bind", ",:")
     to_apptainer_env(spec.env)  # refused here too: the argv and its environment go together
-    options = ["--nv"] if spec.gpus is not None else []
+    options = [*(spec.apptainer_gpu_args if spec.gpus is not None else ()), *spec.apptainer_args]
     for m in spec.mounts:
         options.append(f"--bind={m.source}:{m.target}" + (":ro" if m.read_only else ""))
     image = positional(image, key="image")
@@ -196,7 +207,7 @@ def to_pyxis_options(spec: ContainerSpec, image: str) -> list[str]:
     the names of its environment variables (their values come from srun's environment: the
     launcher exports them; listed, they win over the image's own values), no home directory, no
     image entrypoint (vLLM images have one: it would run before kit's command), root inside the
-    container like Docker (kit's container paths live under /root and /run), and a working
+    container like Docker (the image's own files, e.g. under /root, stay reachable), and a working
     directory every image has. The network is the host's: pyxis never unshares it (no
     --container-unshare here). GPUs and /dev/infiniband are what the site's enroot hooks expose
     (`kit verify --job-output` checks them)."""
@@ -257,6 +268,8 @@ _MOUNT_KEYS = {
 
 def mount_key(m: Mount) -> str:
     """The config key a mount comes from (for the one-line refusal)."""
+    if m.key is not None:
+        return m.key
     if m.target in _MOUNT_KEYS:
         return _MOUNT_KEYS[m.target]
     if m.source.startswith("\x00"):  # the SLURM launcher's per-job folder, mounted at ray.temp_dir

@@ -27,7 +27,8 @@ def exposures(config: KitConfig, *, api: bool = True, ray: bool = True) -> list[
         found.append(
             Exposure(
                 "security.api_key",
-                f"no api_key_file: the API (port {config.ports.api}) answers anyone who can reach the head",
+                f"no api_key_file: the API (port {config.ports.api}) answers anyone who can reach the head"
+                + (" on any of its interfaces (api_listen: all)" if config.api_listen == "all" else ""),
                 "set api_key_file to require a key",
             )
         )

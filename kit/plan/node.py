@@ -9,11 +9,20 @@ from kit import __version__, labels
 from kit.config import KitConfig
 from kit.images import vllm_releases as versions
 from kit.labels import LayoutLabels
+from kit.plan.host_share import held_gpus, host_ports, ports_label
 from kit.plan.network import NodeNet
-from kit.plan.paths import API_KEY_PATH, COMPILE_CACHE, HF_HOME, HF_TOKEN_PATH, RAY_TOKEN_PATH, VLLM_CONFIG_ROOT
+from kit.plan.paths import (
+    API_KEY_PATH,
+    COMPILE_CACHE,
+    HF_HOME,
+    HF_TOKEN_PATH,
+    RAY_TOKEN_PATH,
+    USER_HOME,
+    VLLM_CONFIG_ROOT,
+)
 from kit.plan.roles import Role
 from kit.plan.scripts import node_script, ray_token_enabled
-from kit.plan.vllm import device_ids_selected, serves_api
+from kit.plan.vllm import container_gpu_ids, device_ids_selected, serves_api
 
 
 @dataclass(frozen=True)
@@ -21,6 +30,7 @@ class Mount:
     source: str
     target: str
     read_only: bool = False
+    key: str | None = None  # the config key it comes from, when not told by its target (a refusal names it)
 
 
 @dataclass(frozen=True)
@@ -41,6 +51,12 @@ class ContainerSpec:
     cap_add: tuple[str, ...] = ()
     ulimits: tuple[tuple[str, int, int], ...] = ()
     script_args: tuple[str, ...] = ()  # the script's "$1"...: data it needs, e.g. scripts it runs
+    user: str | None = None  # UID[:GID] (Docker --user; Apptainer always runs as the calling user)
+    read_only: bool = False  # read-only image filesystem (Docker --read-only; Apptainer's always is)
+    tmpfs: tuple[str, ...] = ()  # container paths given a fresh tmpfs (Docker --tmpfs)
+    # Apptainer's options: its GPU options (when the node has GPUs) and the site's extra ones.
+    apptainer_gpu_args: tuple[str, ...] = ("--nv",)
+    apptainer_args: tuple[str, ...] = ()
 
     @property
     def command(self) -> list[str]:
@@ -59,6 +75,8 @@ def node_labels(config: KitConfig, role: Role, net: NodeNet) -> dict[str, str]:
     lay = config.layout
     m = config.model
     layout = LayoutLabels(lay, config.served_name, m.id, m.max_model_len)
+    held = host_ports(config, role)
+    gpus = held_gpus(config)
     return {
         labels.MANAGED: labels.MANAGED_TRUE,
         labels.CLUSTER: config.cluster,
@@ -71,6 +89,8 @@ def node_labels(config: KitConfig, role: Role, net: NodeNet) -> dict[str, str]:
         labels.VERSION: __version__,
         **layout.to_labels(),
         **operating_labels(config, net),
+        **({labels.HOST_PORTS: ports_label(held)} if held else {}),
+        **({labels.GPUS: gpus} if gpus else {}),
     }
 
 
@@ -119,9 +139,14 @@ def node_env(config: KitConfig, role: Role, net: NodeNet) -> dict[str, str]:
         env["RAY_AUTH_MODE"] = "token"
         env["RAY_AUTH_TOKEN_PATH"] = RAY_TOKEN_PATH
     if config.gpus != "all" and config.accelerator == "gpu" and not device_ids_selected(config):
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(config.gpus_per_node))
-    if config.model.all2all != "auto" and not versions.all2all_by_flag(config.vllm.version):
-        # vLLM < 0.11.1 reads the backend from the environment only (kit.images.vllm_releases).
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(container_gpu_ids(config))
+    if config.docker.user:
+        # A user the image has no home or name for: vLLM, torch and Triton write their caches
+        # under ~, and Python's getpass.getuser() (torch's Inductor, Ray) fails without a passwd
+        # entry unless USER/LOGNAME name one. Apptainer gives the container the user's own.
+        env.update({"HOME": USER_HOME, "USER": "kit", "LOGNAME": "kit"})
+    if config.model.all2all != "auto" and not versions.all2all_by_flag(config.vllm.version, config.image_options):
+        # An image without --all2all-backend (vLLM < 0.11.1) reads it from the environment only.
         env[versions.ALL2ALL_ENV] = config.model.all2all
     env.update(config.env)
     return env
@@ -177,10 +202,24 @@ def node_mounts(config: KitConfig, role: Role) -> tuple[Mount, ...]:
         mounts.append(Mount(config.api_key_file, API_KEY_PATH, read_only=True))
     if ray_token_enabled(config) and config.ray_token_file:
         mounts.append(Mount(config.ray_token_file, RAY_TOKEN_PATH, read_only=True))
+    local = local_model_dir(config)
+    if local is not None:  # issue 28: vLLM finds it at the path model.id names, and never writes it
+        mounts.append(Mount(local, local, read_only=True, key="model.id"))
     for item in config.mounts:
         parts = item.split(":")
         mounts.append(Mount(parts[0], parts[1], read_only=len(parts) == 3 and parts[2] == "ro"))
     return tuple(mounts)
+
+
+LOCAL_MODEL_PREFIXES = ("/", "~", "./", "../")
+
+
+def local_model_dir(config: KitConfig) -> str | None:
+    """model.id when it names a directory rather than a hub id (a hub id never starts with '/',
+    '~' or '.'): mounted read-only at the same path in every runtime, so `vllm serve PATH` finds it
+    there (kit.cluster.resolve makes it absolute and checks it holds a config.json)."""
+    model = config.model.id
+    return model if model.startswith(LOCAL_MODEL_PREFIXES) else None
 
 
 def plan_node(config: KitConfig, role: Role, net: NodeNet, *, has_infiniband: bool = False) -> ContainerSpec:
@@ -210,4 +249,12 @@ def plan_node(config: KitConfig, role: Role, net: NodeNet, *, has_infiniband: bo
         devices=("/dev/infiniband:/dev/infiniband",) if use_ib else (),
         cap_add=("IPC_LOCK",) if use_ib else (),
         ulimits=(("memlock", -1, -1),) if use_ib else (),
+        # Each runtime's own keys (kit.plan.checks refuses them with another runtime).
+        user=config.docker.user,
+        read_only=config.docker.read_only,
+        # A read-only image still needs a writable /tmp (kit's run files, Ray, torch): Apptainer's
+        # is the host's.
+        tmpfs=("/tmp",) if config.docker.read_only else (),
+        apptainer_gpu_args=config.apptainer.gpu_args,
+        apptainer_args=config.apptainer.extra_args,
     )

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 
 from kit import __version__
 from kit.config import KitConfig
+from kit.images.facts import packed_probe
+from kit.plan.image_check import precheck_spec
 from kit.plan.paths import API_KEY_PATH
 from kit.plan.ray import ray_head_args, ray_resource, ray_worker_args
 from kit.plan.roles import Role
@@ -36,9 +38,22 @@ def ray_token_enabled(config: KitConfig) -> bool:
     return config.backend == "ray" and bool(config.ray_token_file)
 
 
-def node_script(config: KitConfig, role: Role) -> str:
+def image_precheck(config: KitConfig, role: Role, *, serve: bool) -> dict[str, object]:
+    """The in-container check of a launcher written without a record of the image (issue 24):
+    kit's probe as one word (gzip + base64), what it is told (kit.plan.image_check)."""
+    return {
+        "program": packed_probe(),
+        "spec": precheck_spec(config, role, serve=serve),
+        "serve": serve,
+        "what": "every option below against the image's own `vllm serve` parser" if serve else "that the image has Ray",
+    }
+
+
+def node_script(config: KitConfig, role: Role, *, precheck: bool = False) -> str:
     """The container's main process: a Ray head with a barrier, a Ray worker that retries joining,
-    or (mp backend) a node that holds the container until `kit serve` starts the engine."""
+    or (mp backend) a node that holds the container until `kit serve` starts the engine.
+    `precheck`: with Ray, check first that the image has it (a launcher kit wrote without a
+    record of the image)."""
     common = {
         "version": __version__,
         "non_carry_over": NON_CARRY_OVER,
@@ -46,6 +61,7 @@ def node_script(config: KitConfig, role: Role) -> str:
         "joined_mark": JOINED_MARK,
         "join_timeout": config.timeouts.join,
         "ray_token": ray_token_enabled(config),
+        "precheck": image_precheck(config, role, serve=False) if precheck and config.backend == "ray" else None,
     }
     if config.backend == "mp":
         return render("node_mp.sh.j2", role=role.kind, **common)
@@ -63,10 +79,11 @@ def node_script(config: KitConfig, role: Role) -> str:
     return render("node_ray_worker.sh.j2", ray_args=ray_worker_args(config), gcs_port=config.ports.ray_gcs, **common)
 
 
-def serve_script(config: KitConfig, role: Role, *, env: Mapping[str, str] | None = None) -> str:
+def serve_script(config: KitConfig, role: Role, *, env: Mapping[str, str] | None = None, precheck: bool = False) -> str:
     """`vllm serve` for this role; the API key is read from its file into VLLM_API_KEY (never argv).
     `env`: variables the serve process exports (kit's own, e.g. HF_HUB_OFFLINE from
-    kit.cluster.model), over what the container was started with."""
+    kit.cluster.model), over what the container was started with. `precheck`: check the command
+    against the image's own parser first (a launcher kit wrote without a record of the image)."""
     if config.backend == "ray" and not role.is_head:
         raise ValueError("with the Ray backend only the head runs `vllm serve`")
     headless_dp = config.dp > 1 and config.backend == "mp" and config.nodes > 1 and not role.is_head
@@ -81,4 +98,5 @@ def serve_script(config: KitConfig, role: Role, *, env: Mapping[str, str] | None
         dp_local=config.dp_local if headless_dp else None,
         dp_start_var=DP_START_RANK_VAR,
         env=dict(sorted((env or {}).items())),
+        precheck=image_precheck(config, role, serve=True) if precheck else None,
     )

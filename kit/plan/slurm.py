@@ -20,15 +20,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kit import __version__
-from kit.config import KitConfig
+from kit.config import READY_AUTO_S, KitConfig
 from kit.errors import ConfigError
 from kit.plan import slurm_enroot
 from kit.plan.container_args import to_apptainer_env, to_apptainer_start_argv, to_docker_argv
 from kit.plan.job_vars import argv_text, job_var, runtime_word
 from kit.plan.network import NodeNet
-from kit.plan.node import ContainerSpec, Mount, compile_cache_env, plan_node
+from kit.plan.node import ContainerSpec, Mount, compile_cache_env, local_model_dir, plan_node
 from kit.plan.roles import HEAD, Role
 from kit.plan.scripts import READY_MARK, node_script, ray_token_enabled, serve_script
+from kit.plan.slurm_keys import check_slurm_keys
 from kit.plan.slurm_supervise import supervised
 from kit.plan.vllm import serves_api
 from kit.render import render, shell_quote
@@ -110,7 +111,7 @@ class SbatchResources:
         return items
 
 
-def sbatch_resources(config: KitConfig, *, exclusive: bool = False) -> SbatchResources:
+def sbatch_resources(config: KitConfig) -> SbatchResources:
     s = config.slurm
     return SbatchResources(
         job_name=s.job_name,
@@ -123,7 +124,7 @@ def sbatch_resources(config: KitConfig, *, exclusive: bool = False) -> SbatchRes
         partition=s.partition,
         qos=s.qos,
         cpus_per_task=s.cpus_per_task,
-        exclusive=exclusive,
+        exclusive=s.exclusive,
         requeue=s.requeue,
     )
 
@@ -160,6 +161,11 @@ def slurm_spec(config: KitConfig, role: Role, script: str, script_args: tuple[st
         env.update({k: v for k, v in compile_cache_env(config, rank).items() if env[k] == planned[k]})
         name = name.removesuffix(str(RANK_SENTINEL)) + rank
     mounts = spec.mounts
+    gpus = spec.gpus
+    if docker_takes_allocated_gpus(config):
+        # Docker's daemon sees every GPU of the host: the step's own (SLURM_STEP_GPUS, the
+        # physical ids), never --gpus=all on a node other jobs share (issue 28).
+        gpus = (job_var("KIT_GPUS"),)
     if config.runtime == "apptainer":
         # Apptainer shares the host's /tmp: give Ray and kit's scratch a job-private directory
         # (FIELD_NOTES §1 row 14: per-job Ray temp dir under SLURM).
@@ -171,8 +177,22 @@ def slurm_spec(config: KitConfig, role: Role, script: str, script_args: tuple[st
     elif config.supervise.enabled:  # issue 18: the supervisor's token file arrives through it
         mounts = (*mounts, Mount(f"{JOB_TMP}/kit", "/tmp/kit"))
     return dataclasses.replace(
-        spec, name=f"{name}-{JOB}", labels=labels, env=env, mounts=mounts, script=script, script_args=script_args
+        spec,
+        name=f"{name}-{JOB}",
+        labels=labels,
+        env=env,
+        mounts=mounts,
+        gpus=gpus,
+        script=script,
+        script_args=script_args,
     )
+
+
+def docker_takes_allocated_gpus(config: KitConfig) -> bool:
+    """Docker GPU nodes of a job not given whole nodes (slurm.exclusive) take only the GPUs SLURM
+    allocated to the step. Apptainer's --nv needs nothing: SLURM's CUDA_VISIBLE_DEVICES reaches
+    the container (never --cleanenv), and kit sets none under SLURM (`gpus` is refused there)."""
+    return config.runtime == "docker" and config.accelerator == "gpu" and not config.slurm.exclusive
 
 
 def node_argv(config: KitConfig, spec: ContainerSpec) -> list[str]:
@@ -202,21 +222,29 @@ def container_scripts(config: KitConfig) -> dict[str, str]:
     Ray, the entry that runs KIT_RAY_HEAD_NODE_SCRIPT then KIT_HEAD_SERVE_SCRIPT) and, with more
     than one node, KIT_WORKER_SCRIPT."""
     worker = Role("worker", RANK_SENTINEL)
+    # Without a record of the image's parser kit could not check the plan against it: each
+    # container checks first, in seconds, before Ray or vLLM starts (issue 24).
+    check = config.image_options is None
     if config.backend == "ray":
         scripts = {
             "KIT_HEAD_SCRIPT": ray_head_entry(),
-            "KIT_RAY_HEAD_NODE_SCRIPT": node_script(config, HEAD),
-            "KIT_HEAD_SERVE_SCRIPT": serve_script(config, HEAD),
-            "KIT_WORKER_SCRIPT": node_script(config, worker),
+            "KIT_RAY_HEAD_NODE_SCRIPT": node_script(config, HEAD, precheck=check),
+            "KIT_HEAD_SERVE_SCRIPT": serve_script(config, HEAD, precheck=check),
+            "KIT_WORKER_SCRIPT": node_script(config, worker, precheck=check),
         }
     else:  # mp: every node runs `vllm serve` for its rank (head rank 0 without --headless)
-        scripts = {"KIT_HEAD_SCRIPT": serve_script(config, HEAD), "KIT_WORKER_SCRIPT": serve_script(config, worker)}
+        scripts = {
+            "KIT_HEAD_SCRIPT": serve_script(config, HEAD, precheck=check),
+            "KIT_WORKER_SCRIPT": serve_script(config, worker, precheck=check),
+        }
     if config.nodes == 1:
         del scripts["KIT_WORKER_SCRIPT"]
     return scripts
 
 
 def check_slurm_config(config: KitConfig, sources: Mapping[str, str]) -> None:
+    """What a launcher cannot carry, refused before it is written (and every key a job cannot
+    honour: kit.plan.slurm_keys)."""
     if config.runtime == "enroot":
         raise ConfigError(
             "enroot is for kit pull: under SLURM, pyxis or the Container Engine start the containers",
@@ -239,6 +267,7 @@ def check_slurm_config(config: KitConfig, sources: Mapping[str, str]) -> None:
             hint="unset network: SLURM nodes use host networking",
         )
     walltime_seconds(config.slurm.time)
+    check_slurm_keys(config, sources)
 
 
 def secret_files(config: KitConfig, role: Role) -> list[str]:
@@ -249,7 +278,7 @@ def secret_files(config: KitConfig, role: Role) -> list[str]:
     return [path for path in files if path]
 
 
-def plan_launcher(config: KitConfig, *, exclusive: bool = False, edf_paths: Mapping[str, str] | None = None) -> str:
+def plan_launcher(config: KitConfig, *, edf_paths: Mapping[str, str] | None = None) -> str:
     """The whole sbatch script for config (nodes × gpus_per_node, runtime, backend). With runtime
     edf, `edf_paths` says where the environment definition files are (by role: head, worker;
     kit.plan.slurm_enroot.edf_paths; default: next to kit-CLUSTER.sbatch)."""
@@ -258,30 +287,10 @@ def plan_launcher(config: KitConfig, *, exclusive: bool = False, edf_paths: Mapp
     head_args = default_head_args(scripts)
     worker_args: tuple[str, ...] = ()
     if config.supervise.enabled:  # issue 18: kit's supervisor runs each node's serve script
-        scripts, head_args, worker_args = supervised(config, scripts, head_args, worker)
+        scripts, head_args, worker_args = supervised(supervised_config(config), scripts, head_args, worker)
     head_spec, worker_spec = node_specs(config, scripts, head_args=head_args, worker_args=worker_args)
-    resources = sbatch_resources(config, exclusive=exclusive)
     has_workers = "KIT_WORKER_SCRIPT" in scripts
-    context = {
-        "version": __version__,
-        "config": config,
-        "sbatch_lines": [sbatch_line(k, v) for k, v in resources.directives()],
-        "scripts": scripts,
-        "head_secrets": secret_files(config, HEAD),
-        "worker_secrets": secret_files(config, worker),
-        "interface": None if config.interface == "auto" else config.interface,
-        "api_port": config.ports.api,
-        "served_name": config.served_name,
-        "ready_timeout": config.timeouts.ready,
-        "walltime_s": walltime_seconds(config.slurm.time),
-        "margin_s": WALLTIME_MARGIN_S,
-        "ready_mark": READY_MARK,
-        "server_ready_mark": SERVER_READY_MARK,
-        "server_timeout_mark": SERVER_TIMEOUT_MARK,
-        "supervise": config.supervise.enabled,
-        "requeue": config.slurm.requeue,
-        "compile_cache": config.compile_cache.dir,
-    }
+    context = launcher_context(config, scripts)
     if config.runtime in ("pyxis", "edf"):
         return slurm_enroot.render_launcher(config, context, enroot_specs(config), edf_paths)
     return render(
@@ -299,13 +308,73 @@ def plan_launcher(config: KitConfig, *, exclusive: bool = False, edf_paths: Mapp
     )
 
 
-def plan_slurm_files(config: KitConfig, launcher: str, *, exclusive: bool = False) -> dict[str, str]:
+def launcher_context(config: KitConfig, scripts: Mapping[str, str]) -> dict[str, object]:
+    """What every launcher template (Docker/Apptainer, pyxis/EDF) is rendered with."""
+    worker = Role("worker", RANK_SENTINEL)
+    image = config.image
+    return {
+        "version": __version__,
+        "config": config,
+        "sbatch_lines": [sbatch_line(k, v) for k, v in sbatch_resources(config).directives()],
+        "scripts": scripts,
+        "head_secrets": secret_files(config, HEAD),
+        "worker_secrets": secret_files(config, worker),
+        "interface": None if config.interface == "auto" else config.interface,
+        "api_port": config.ports.api,
+        "served_name": config.served_name,
+        # timeouts.ready auto: the job's remaining walltime alone bounds the wait (issue 28)
+        "ready_timeout": None if config.timeouts.ready == "auto" else config.timeouts.ready_s,
+        "walltime_s": walltime_seconds(config.slurm.time),
+        "margin_s": WALLTIME_MARGIN_S,
+        "ready_mark": READY_MARK,
+        "server_ready_mark": SERVER_READY_MARK,
+        "server_timeout_mark": SERVER_TIMEOUT_MARK,
+        "supervise": config.supervise.enabled,
+        "requeue": config.slurm.requeue,
+        "compile_cache": config.compile_cache.dir,
+        # issue 28: the site's prologue, what every node checks before anything starts, the GPUs
+        "prologue": config.slurm.prologue,
+        "runtime_bin": {"docker": "docker", "apptainer": "apptainer"}.get(config.runtime),
+        "docker_image": image if config.runtime == "docker" else None,
+        "image_file": image if _is_image_file(config) else None,
+        "model_dir": local_model_dir(config),
+        "allocated_gpus": docker_takes_allocated_gpus(config),
+        "gpus": config.accelerator == "gpu",
+        "infiniband_auto": config.runtime == "docker" and config.infiniband == "auto",
+        # where the login host reaches the API: the head's node IP, or (api_listen all) its name
+        "tunnel_target": "KIT_HEAD_HOST" if config.api_listen == "all" else "KIT_HEAD_ADDRESS",
+        "login_host": config.tunnel.login_host,
+        "login_user": "@" in (config.tunnel.login_host or ""),
+        "ssh_port": config.tunnel.ssh_port,
+        "ready_auto_s": READY_AUTO_S,
+    }
+
+
+def _is_image_file(config: KitConfig) -> bool:
+    """An image that is a file every node must be able to read (a SIF, a squashfs)."""
+    image = config.image
+    if config.runtime == "apptainer":
+        return "://" not in image
+    return config.runtime in ("pyxis", "edf") and image.startswith("/")
+
+
+def supervised_config(config: KitConfig) -> KitConfig:
+    """The config the job's supervisor is told: timeouts.ready auto waits as long as the walltime
+    leaves (the launcher's own readiness wait is bounded the same way)."""
+    walltime = walltime_seconds(config.slurm.time)
+    if config.timeouts.ready != "auto" or walltime <= 0:
+        return config
+    ready = max(1, walltime - WALLTIME_MARGIN_S)
+    return config.replace(timeouts=dataclasses.replace(config.timeouts, ready=ready))
+
+
+def plan_slurm_files(config: KitConfig, launcher: str) -> dict[str, str]:
     """Every file `kit slurm` writes, {path: text}: the launcher first, then (runtime edf) the
     environment definition files it names, beside it (kit.plan.slurm_enroot.edf_paths)."""
     if config.runtime != "edf":
-        return {launcher: plan_launcher(config, exclusive=exclusive)}
+        return {launcher: plan_launcher(config)}
     paths = slurm_enroot.edf_paths(launcher, config.nodes)
-    text = plan_launcher(config, exclusive=exclusive, edf_paths=paths)
+    text = plan_launcher(config, edf_paths=paths)
     return {launcher: text, **slurm_enroot.plan_edfs(config, enroot_specs(config), paths)}
 
 

@@ -22,8 +22,7 @@ from collections.abc import Mapping
 from kit import __version__
 from kit.config import KitConfig
 from kit.plan.job_vars import job_var
-from kit.plan.roles import HEAD, Role
-from kit.plan.scripts import serve_script
+from kit.plan.roles import Role
 from kit.plan.supervise import RUN_DIR, supervise_json
 from kit.render import render
 from kit.resources import program_source
@@ -50,11 +49,11 @@ def supervised(
         out["KIT_SUPERVISE_SERVE_SCRIPT"] = out["KIT_HEAD_SERVE_SCRIPT"]
         out["KIT_HEAD_SERVE_SCRIPT"] = entry_script()
         return out, (*head_args, job_var("KIT_SUPERVISE_SERVE_SCRIPT"), *data), ()
-    out["KIT_HEAD_SERVE_SCRIPT"] = serve_script(config, HEAD)
+    out["KIT_HEAD_SERVE_SCRIPT"] = scripts["KIT_HEAD_SCRIPT"]  # the serve script (its image check too)
     out["KIT_HEAD_SCRIPT"] = entry_script()
     worker_args: tuple[str, ...] = ()
     if "KIT_WORKER_SCRIPT" in out:
-        out["KIT_WORKER_SERVE_SCRIPT"] = serve_script(config, worker)
+        out["KIT_WORKER_SERVE_SCRIPT"] = scripts["KIT_WORKER_SCRIPT"]
         out["KIT_WORKER_SCRIPT"] = entry_script()
         worker_args = (job_var("KIT_WORKER_SERVE_SCRIPT"), *data)
     return out, (*head_args, job_var("KIT_HEAD_SERVE_SCRIPT"), *data), worker_args

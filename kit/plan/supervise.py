@@ -44,7 +44,7 @@ def plan_supervise(config: KitConfig) -> dict[str, Any]:
         "nodes": list(supervised_nodes(config)),
         "engines": list(expected_engines(config)),
         "liveness_s": config.timeouts.liveness,
-        "ready_s": config.timeouts.ready,
+        "ready_s": config.timeouts.ready_s,
         "node_wait_s": config.timeouts.join,
         "max_restarts": config.supervise.max_restarts,
         "backoff_s": config.supervise.backoff,

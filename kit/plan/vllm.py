@@ -20,15 +20,16 @@ def vllm_serve_argv(config: KitConfig, role: Role) -> list[Arg]:
     Values a user or the node controls (names, addresses) are attached as `--flag=value`, so one
     that starts with `-` stays a value; kit's own integers keep the `--flag N` form. The API listens
     on the head's node IP (VLLM_HOST_IP), not on every interface (issue 16, closed by default):
-    kit's clients, health checks and tunnels all use that IP; `--host=0.0.0.0` in
-    model.extra_args (argparse keeps the last one) opens it again."""
+    kit's clients, health checks and tunnels all use that IP; `api_listen: all` opens it (issue 28: a
+    login node that reaches the head by another network than `interface`). model.extra_args may
+    not repeat an option kit writes (kit.plan.image_check, issue 24)."""
     m = config.model
     version = config.vllm.version
     argv: list[Arg] = ["vllm", "serve", positional(m.id, key="model.id")]
     if serves_api(config, role):
         argv += [
             option("--served-model-name", config.served_name),
-            option("--host", EnvRef("VLLM_HOST_IP")),
+            option("--host", "0.0.0.0" if config.api_listen == "all" else EnvRef("VLLM_HOST_IP")),
             "--port",
             str(config.ports.api),
         ]
@@ -55,10 +56,10 @@ def vllm_serve_argv(config: KitConfig, role: Role) -> list[Arg]:
             argv.append("--headless")
     if m.ep:
         argv.append("--enable-expert-parallel")
-    if m.all2all != "auto" and versions.all2all_by_flag(version):
+    if m.all2all != "auto" and versions.all2all_by_flag(version, config.image_options):
         argv.append(option("--all2all-backend", m.all2all))  # older releases: node_env's variable
     if device_ids_selected(config):
-        argv.append(option("--device-ids", ",".join(str(i) for i in range(config.gpus_per_node))))
+        argv.append(option("--device-ids", ",".join(container_gpu_ids(config))))
     argv += list(m.extra_args)
     return argv
 
@@ -73,13 +74,24 @@ def serves_api(config: KitConfig, role: Role) -> bool:
     return role.is_head or hybrid_lb(config)
 
 
+def container_gpu_ids(config: KitConfig) -> list[str]:
+    """The selected GPUs (config.gpus, not "all") as the container numbers them (issue 28): Docker's
+    `--gpus device=2,3` shows only those, renumbered 0 and 1; Apptainer's --nv shows every GPU of
+    the host under its own number, so the physical ids stay (0,1 there would be other GPUs).
+    (Under SLURM the allocation's GPUs are SLURM's to choose: `kit slurm` refuses `gpus`.)"""
+    ids = [g.strip() for g in config.gpus.split(",")]
+    if config.runtime == "apptainer":
+        return ids
+    return [str(i) for i in range(len(ids))]
+
+
 def device_ids_selected(config: KitConfig) -> bool:
-    """The node's selected GPUs go to vLLM as --device-ids (vLLM >= 0.24.0, mp backend) instead of
+    """The node's selected GPUs go to vLLM as --device-ids (an image that has it, mp backend) instead of
     CUDA_VISIBLE_DEVICES (kit.plan.node): the container sees only them, numbered from 0."""
     return (
         config.accelerator == "gpu"
         and config.gpus != "all"
-        and versions.uses_device_ids(config.vllm.version, config.backend)
+        and versions.uses_device_ids(config.vllm.version, config.backend, config.image_options)
     )
 
 

@@ -37,7 +37,7 @@ from typing import Any
 
 from kit import proc
 from kit.errors import CommandError, ConfigError, ImageError, KitError, RuntimeUnavailable, StartError
-from kit.images.build import ContextPlan
+from kit.images.build import ContextPlan, definition_build_args, takes_build_args
 from kit.plan.container_args import (
     APPTAINER_ENV_PREFIX,
     SINGULARITY_ENV_PREFIX,
@@ -255,11 +255,15 @@ class ApptainerRuntime(ContainerRuntime, ImageStore):
         planned tag, else from the local Docker image (`docker-daemon:TAG`), or from `source`.
         The Docker build's own options (context files, build args) do not apply here."""
         definition = context.files.get(f"kit-{context.name}.def")
-        if source is None:
+        args = ["apptainer", "build", "--force"]
+        if source is None and definition is not None and takes_build_args(definition):
+            # A layer (containers/ray): its definition bootstraps from --base-image (issue 24).
+            source = str(definition)
+            args += definition_build_args(context.buildargs)
+        elif source is None:
             use_def = definition is not None and definition_base(definition) == context.tag
             source = str(definition) if use_def and definition is not None else f"docker-daemon:{context.tag}"
         target = Path(dest).expanduser() if dest else Path(self.settings.image_dir).expanduser() / sif_name(context.tag)
-        args = ["apptainer", "build", "--force"]
         if Path(source).is_file() and os.geteuid() != 0:
             args.append("--fakeroot")  # a definition file build needs root or fakeroot
         return BuildPlan(
@@ -330,6 +334,16 @@ class ApptainerRuntime(ContainerRuntime, ImageStore):
         )
         return record
 
+    def run_probe(self, ref: str, program: str, args: Sequence[str], *, timeout: float = 600) -> ExecResult:
+        """`apptainer exec --containall --no-home IMAGE python3 -c PROGRAM ARGS`: the image file (a
+        SIF path, or the file kit pull made for a reference) as the calling user, as Apptainer
+        runs every container."""
+        path = ref if ref.endswith(".sif") or ref.startswith("/") else str(self.image_path(ref))
+        argv = ["exec", "--containall", "--no-home", path, "python3", "-c", program, *args]
+        shown = [self.binary, *argv[:4], "python3", "-c", "<probe>", *args]
+        result = proc.run(self._argv(["apptainer", *argv]), env=self._env(), check=False, timeout=timeout, shown=shown)
+        return ExecResult(result.returncode, result.stdout, result.stderr)
+
     def remove_image(self, ref: str) -> bool:
         return files.remove_file(self.image_path(ref))
 
@@ -352,6 +366,22 @@ class ApptainerRuntime(ContainerRuntime, ImageStore):
 
     def state(self, name: str) -> str | None:
         return "running" if any(i.get("instance") == name for i in self._instances()) else None
+
+    def host_nodes(self) -> list[NodeHandle]:
+        """The running kit instances of every cluster, with the labels kit recorded at start."""
+        nodes = []
+        for inst in self._instances():
+            name = str(inst.get("instance", ""))
+            if not name.startswith("kit-"):
+                continue
+            labels = self._meta(name).get("labels", {})
+            if not labels.get("kit.cluster"):
+                continue
+            nodes.append(
+                NodeHandle(name=name, cluster=labels["kit.cluster"], role=labels.get("kit.role", "?"), rank=0,
+                           state="running", labels=labels)
+            )  # fmt: skip
+        return nodes
 
     def find_nodes(self, cluster: str) -> list[NodeHandle]:
         prefix = f"kit-{cluster}-"

@@ -240,6 +240,15 @@ class ImageStore(abc.ABC):
     def remove_image(self, ref: str) -> bool:
         """Remove the local image (a tag, or a file and its record); False when it was not there."""
 
+    def run_probe(self, ref: str, program: str, args: Sequence[str], *, timeout: float = 600) -> ExecResult:
+        """Run `python3 -c PROGRAM ARGS...` once in a throwaway container of the local image `ref`
+        (no network), as the image's own user; its output and exit code (issue 24: the image
+        facts probe). A store that starts no containers refuses here (the default)."""
+        raise UsageError(
+            f"the {self.name} runtime cannot run a probe in an image",
+            hint="record the image's facts where Docker or Apptainer runs it: `kit verify --image IMAGE`",
+        )
+
 
 # ---- commands run inside containers: bounded there, and ended when kit goes away (issue 25) ----
 
@@ -314,6 +323,12 @@ class ContainerRuntime(abc.ABC):
     @abc.abstractmethod
     def find_nodes(self, cluster: str) -> list[NodeHandle]:
         """Every kit node of `cluster` on this host, head first then by rank."""
+
+    def host_nodes(self) -> list[NodeHandle]:
+        """Every running kit node on this host, of any cluster: what they hold (their labels) is
+        checked before another cluster's node starts (kit.cluster.host_share). An adapter that
+        cannot list them returns [] (the check then sees nothing)."""
+        return []
 
     @abc.abstractmethod
     def exec(

@@ -392,9 +392,7 @@ class DockerRuntime(ContainerRuntime, ImageStore):
                 last_line = lines[-1]
                 on_progress(last_line)
             container.reload()
-            # With the restart policy (kit.plan.container_args) a node that exits comes back as
-            # "restarting": before it was ready that is a failure too, and Docker must not keep
-            # restarting it (its output stays for `kit logs`).
+            # Restarted by the restart policy before it was ready: a failure too (issue 25).
             if container.status in ("exited", "dead", "restarting") or container.attrs.get("RestartCount"):
                 code = container.attrs.get("State", {}).get("ExitCode")
                 self._no_restart(container)
@@ -412,7 +410,7 @@ class DockerRuntime(ContainerRuntime, ImageStore):
             time.sleep(0.5)
 
     def _no_restart(self, container: Any) -> None:
-        """Turn the restart policy off and leave the container stopped."""
+        """Restart policy off, the container stopped: its output stays for `kit logs`."""
         docker = _docker()
         try:
             container.update(restart_policy={"Name": "no"})
@@ -426,13 +424,18 @@ class DockerRuntime(ContainerRuntime, ImageStore):
         nodes = [self._handle(c) for c in containers]
         return sorted(nodes, key=lambda n: (n.role != "head", n.rank))
 
-    def _handle(self, container: Any) -> NodeHandle:
+    def host_nodes(self) -> list[NodeHandle]:
+        """The running kit containers of every cluster (their labels: no image lookups)."""
+        containers = self.client.containers.list(filters={"label": [LABEL_MANAGED]})
+        return [self._handle(c, digest=False) for c in containers]
+
+    def _handle(self, container: Any, *, digest: bool = True) -> NodeHandle:
         labels = container.labels
-        image_id = container.attrs.get("Image")
-        digest = None
+        image_id = container.attrs.get("Image") if digest else None
+        found = None
         if image_id:
             info = self.image_info(image_id)
-            digest = info.digests[0] if info and info.digests else image_id
+            found = info.digests[0] if info and info.digests else image_id
         return NodeHandle(
             name=container.name,
             cluster=labels.get("kit.cluster", ""),
@@ -441,7 +444,7 @@ class DockerRuntime(ContainerRuntime, ImageStore):
             state=container.status,
             ip=labels.get("kit.node-ip"),
             image=labels.get("kit.image", ""),
-            image_digest=digest,
+            image_digest=found,
             started_at=container.attrs.get("State", {}).get("StartedAt"),
             labels=dict(labels),
         )
@@ -503,24 +506,33 @@ class DockerRuntime(ContainerRuntime, ImageStore):
             raise
 
     def run_once(
-        self, image: str, argv: Sequence[str], *, volumes: Mapping[str, str], labels: Mapping[str, str]
+        self, image: str, argv: Sequence[str], *, volumes: Mapping[str, str], labels: Mapping[str, str], **run: Any
     ) -> ExecResult:
-        """Run a throwaway container to completion (e.g. the demo's model generator)."""
+        """A throwaway container run to completion, then removed; `run`: docker-py options, `timeout`."""
         docker = _docker()
         binds = {src: {"bind": dst, "mode": "rw"} for src, dst in volumes.items()}
+        timeout = run.pop("timeout", None)
         try:
             container = self.client.containers.run(
-                image, list(argv), volumes=binds, labels=dict(labels), detach=True, entrypoint=[]
+                image=image, command=list(argv), volumes=binds, labels=dict(labels), detach=True, entrypoint=[], **run
             )
-        except docker.errors.ImageNotFound:
-            raise ImageError(f"image {image} is not on this host", hint="build it with `kit build`") from None
+        except (docker.errors.ImageNotFound, docker.errors.APIError) as exc:
+            raise ImageError(f"cannot run {image}: {_short(exc)}", hint="build or pull it first") from None
         try:
-            code = int(container.wait().get("StatusCode", -1))
+            code = int(container.wait(timeout=timeout).get("StatusCode", -1))
             out = container.logs(stdout=True, stderr=False).decode(errors="replace")
             err = container.logs(stdout=False, stderr=True).decode(errors="replace")
+        except Exception as exc:  # a timeout (requests' ReadTimeout) or a lost engine
+            raise ImageError(f"the container of {image} did not finish: {_short(exc)}") from None
         finally:
-            container.remove(force=True)
+            with contextlib.suppress(docker.errors.APIError):
+                container.remove(force=True)
         return ExecResult(returncode=code, stdout=out, stderr=err)
+
+    def run_probe(self, ref: str, program: str, args: Sequence[str], *, timeout: float = 600) -> ExecResult:
+        """`python3 -c PROGRAM ARGS` without network, as the image's own user (issue 24)."""
+        argv, labels = ["python3", "-c", program, *args], {"kit.managed": "true", "kit.probe": "image-facts"}
+        return self.run_once(ref, argv, volumes={}, labels=labels, network_mode="none", timeout=timeout)
 
     def remove_labelled(self, key: str, value: str) -> list[str]:
         """Remove every kit container labelled key=value (e.g. a SLURM job's); their names."""

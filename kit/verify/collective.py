@@ -11,11 +11,18 @@ the parent never touches CUDA). Rendezvous is torch.distributed's TCP store at t
     KIT_NPROC                  workers on this node (default: visible GPUs, else 1 on CPU/Gloo)
     KIT_SIZES                  message sizes, e.g. "1M,32M,1G" (default: by backend, below)
     KIT_COLLECTIVES            "all-reduce" (default), "all-to-all" or "all-reduce,all-to-all"
+    KIT_LATENCY                decode latency: "auto" (default), "off" or methods (latency.py)
 
 NCCL_DEBUG=INFO goes to per-process files (NCCL_DEBUG_FILE) so the JSON on stdout stays clean;
 the captured lines are returned for kit to classify (kit.verify.nccl). Bus bandwidth follows
 nccl-tests: all-reduce busbw = algbw x 2(n-1)/n, all-to-all busbw = algbw x (n-1)/n (alltoall_perf;
 the message size is each rank's whole send buffer), timed with CUDA events over many iterations.
+
+Decode latency (issue 30): after the bandwidth loop, the workers time bf16 all-reduces of 4 KiB
+to 1 MiB the way tensor-parallel decode runs them (in CUDA graphs, NCCL called directly), with the
+code of latency.py. That file ships beside this one (kit.resources.PROBE_FILES) and is loaded from
+there; sent with `python3 -c`, its source follows this one (kit.verify.runner.collective_source)
+and its last line starts main() once both are defined.
 
 All-to-all is what expert parallelism (MoE) sends between every pair of GPUs. On Gloo (CPU) it
 uses torch's all_to_all_single, which ProcessGroupGloo implements (checked on torch 2.13.0+cpu);
@@ -139,7 +146,7 @@ def _measure(rank: int, local_rank: int, cfg: dict[str, Any]) -> dict[str, Any]:
         if gpu:
             torch.cuda.synchronize()
 
-    def timed(op: Any, nbytes: int, bus: Any) -> dict[str, Any]:
+    def timed(op: Any, nbytes: int, bus: Any, budget_s: float | None = None) -> dict[str, Any]:
         """Time `op()` like nccl-tests: warm up, agree on one iteration count (every rank must
         run the same number of collectives), then that many back to back; the slowest rank's
         time counts."""
@@ -152,7 +159,8 @@ def _measure(rank: int, local_rank: int, cfg: dict[str, Any]) -> dict[str, Any]:
         sync()
         est = torch.tensor([(time.perf_counter() - t0) / 3], dtype=torch.float64, device=device)
         dist.all_reduce(est, op=dist.ReduceOp.MAX)
-        iters = int(min(cfg["max_iters"], max(cfg["min_iters"], cfg["budget_s"] / max(est.item(), 1e-7))))
+        budget = cfg["budget_s"] if budget_s is None else budget_s
+        iters = int(min(cfg["max_iters"], max(cfg["min_iters"], budget / max(est.item(), 1e-7))))
         dist.barrier()
         sync()
         if gpu:
@@ -193,9 +201,15 @@ def _measure(rank: int, local_rank: int, cfg: dict[str, Any]) -> dict[str, Any]:
             buf = torch.zeros(max(size // 4, 1), device=device, dtype=torch.float32)
             results.append(timed(lambda b=buf: dist.all_reduce(b), buf.numel() * 4, busbw))
             del buf
-        collectives[ALL_REDUCE] = {"correct": correct, "results": results}
+        # torch.distributed reduces in place: nccl-tests' "in-place" columns compare with these.
+        collectives[ALL_REDUCE] = {"correct": correct, "results": results, "placement": "in-place"}
     if ALL_TO_ALL in cfg["collectives"]:
         collectives[ALL_TO_ALL] = _all_to_all(torch, dist, rank, world, device, cfg, timed)
+    if ALL_REDUCE in cfg["collectives"] and cfg["latency"]:
+        # Last: the transport verdict reads every NCCL line logged before it (latency.py).
+        latency = _latency_code().LatencyProbe(torch, dist, rank, world, device, cfg, timed)
+        collectives[ALL_REDUCE]["latency"] = latency.measure()
+        out["nccl_log_cut"] = latency.log_cut
     first = collectives[cfg["collectives"][0]]
     out["collectives"] = collectives
     out["correct"] = all(c["correct"] for c in collectives.values())
@@ -250,11 +264,28 @@ def _all_to_all(
     return {"correct": correct, "results": results, "method": method, "fallback_reason": reason}
 
 
-def _nccl_lines(logdir: str) -> list[str]:
+def _latency_code() -> Any:
+    """latency.py: the file beside this one, or (sent with -c) the source that followed this one."""
+    if "__file__" not in globals():
+        return sys.modules[__name__]
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "latency.py")
+    spec = importlib.util.spec_from_file_location("kit_probe_latency", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _nccl_lines(logdir: str, cut: dict[str, int]) -> list[str]:
+    """Every process's NCCL lines, each file up to its `cut` (the latency communicator's start)."""
     lines: list[str] = []
     for path in sorted(glob.glob(os.path.join(logdir, "nccl.*.log"))):
-        with open(path, errors="replace") as fh:
-            lines.extend(ln.rstrip("\n") for ln in fh if "NCCL" in ln)
+        with open(path, "rb") as fh:
+            text = fh.read(cut.get(os.path.basename(path), -1)).decode(errors="replace")
+        lines.extend(ln for ln in text.splitlines() if "NCCL" in ln)
     return lines
 
 
@@ -264,6 +295,7 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
     if cfg["backend"] == "nccl":
         os.environ.setdefault("NCCL_DEBUG", "INFO")
         os.environ.setdefault("NCCL_DEBUG_FILE", os.path.join(workdir, "nccl.%h.%p.log"))
+    cfg = {**cfg, "workdir": workdir}
     ctx = multiprocessing.get_context("fork")
     procs = [ctx.Process(target=_worker, args=(i, cfg, workdir)) for i in range(cfg["nproc"])]
     for p in procs:
@@ -310,11 +342,11 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
         "correct": all(r.get("correct") is True for r in ranks) and not errors,
         "results": lead.get("results", []),
         "collectives": _merge_ranks(ranks, cfg["collectives"]),
-        "ranks": [{k: v for k, v in r.items() if k not in ("results", "collectives")} for r in ranks],
+        "ranks": [{k: v for k, v in r.items() if k not in ("results", "collectives", "nccl_log_cut")} for r in ranks],
         "torch": lead.get("torch"),
         "nccl": lead.get("nccl"),
         "nccl_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("NCCL_", "GLOO_"))},
-        "nccl_lines": _nccl_lines(workdir),
+        "nccl_lines": _nccl_lines(workdir, {k: v for r in ranks for k, v in (r.get("nccl_log_cut") or {}).items()}),
         "wall_s": round(time.monotonic() - started, 3),
     }
 
@@ -347,6 +379,9 @@ def config(argv: list[str] | None = None) -> dict[str, Any]:
         help="all-reduce, all-to-all, both (or a comma list)",
     )
     p.add_argument("--budget-s", type=float, default=float(_env("KIT_BUDGET_S", default="0.5") or 0.5))
+    p.add_argument("--latency", default=_env("KIT_LATENCY", default="auto"), help="auto, off or methods")
+    p.add_argument("--latency-sizes", default=_env("KIT_LATENCY_SIZES", default="4K,8K,16K,32K,64K,128K,256K,512K,1M"))
+    p.add_argument("--latency-budget-s", type=float, default=float(_env("KIT_LATENCY_BUDGET_S", default="0.05") or 0))
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--min-iters", type=int, default=5)
     p.add_argument("--max-iters", type=int, default=1000)
@@ -366,6 +401,9 @@ def config(argv: list[str] | None = None) -> dict[str, Any]:
         "sizes": [parse_size(s) for s in (a.sizes or DEFAULT_SIZES[backend]).split(",") if s.strip()],
         "collectives": parse_collectives(a.collective),
         "budget_s": a.budget_s,
+        "latency": _latency_code().parse_latency(a.latency, backend),
+        "latency_sizes": [parse_size(s) for s in a.latency_sizes.split(",") if s.strip()],
+        "latency_budget_s": a.latency_budget_s,
         "warmup": a.warmup,
         "min_iters": a.min_iters,
         "max_iters": a.max_iters,
@@ -379,5 +417,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if result["ok"] else 1
 
 
-if __name__ == "__main__":
+if __name__ == "__main__" and "__file__" in globals():  # python3 collective.py (with -c: latency.py)
     sys.exit(main())

@@ -151,7 +151,10 @@ RULES: tuple[Rule, ...] = (
         "engine-start-timeout",
         r"Timed out waiting for engines to send initial message",
         "the engine took longer to load than vLLM's default ready timeout",
-        "raise VLLM_ENGINE_READY_TIMEOUT_S (kit passes it through) and kit's readiness deadline",
+        # vLLM reads the variable from 0.14.0 on (kit.images.vllm_releases.ENGINE_READY_TIMEOUT_SINCE);
+        # below it only a newer image helps.
+        "raise VLLM_ENGINE_READY_TIMEOUT_S (vLLM >= 0.14.0 reads it; kit passes it through) and kit's readiness "
+        "deadline; on an older image, use a newer one",
         13,
         hints=("timed out waiting for engines",),
     ),

@@ -300,15 +300,21 @@ class CollectiveRun:
     results: tuple[Measurement, ...] = ()
     method: str | None = None  # all-to-all: all_to_all_single or the send/recv fallback
     fallback_reason: str | None = None
+    latency_method: str | None = None  # all-reduce: how decode latency was timed (issue 30)
+    latency_correct: bool | None = None  # None: not measured
 
     @classmethod
     def from_probe(cls, name: str, d: Mapping[str, Any]) -> CollectiveRun:
+        latency = _map(d.get("latency"))
+        correct = latency.get("correct")
         return cls(
             name=name,
             correct=bool(d.get("correct")),
             results=tuple(Measurement.from_probe(r) for r in _seq(d.get("results")) if isinstance(r, Mapping)),
             method=_str(d.get("method")) or None,
             fallback_reason=_str(d.get("fallback_reason")) or None,
+            latency_method=_str(latency.get("method")) or None,
+            latency_correct=correct if isinstance(correct, bool) else None,
         )
 
 

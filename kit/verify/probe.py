@@ -428,7 +428,9 @@ def image_checks(probe_dir: str) -> dict[str, Any]:
     return {
         "imports": imports,
         "vllm_serve_help": {"ok": rc == 0, "error": out.strip()[-300:] if rc else None},
-        "probe_files": {name: os.path.isfile(os.path.join(probe_dir, name)) for name in ("probe.py", "collective.py")},
+        "probe_files": {
+            name: os.path.isfile(os.path.join(probe_dir, name)) for name in ("probe.py", "collective.py", "latency.py")
+        },
     }
 
 

@@ -32,6 +32,13 @@ class VerifyResult:
     def status(self) -> str:
         return overall(self.checks)
 
+    @property
+    def latency(self) -> dict[str, Any] | None:
+        """The all-reduce's decode latency (issue 30), if the probe measured it."""
+        per = (self.collective or {}).get("collectives") or {}
+        found = (per.get("all-reduce") or {}).get("latency")
+        return dict(found) if isinstance(found, Mapping) else None
+
     def to_dict(self, *, nccl_lines: bool = True) -> dict[str, Any]:
         collective = dict(self.collective) if self.collective else None
         if collective is not None and not nccl_lines:
@@ -45,6 +52,7 @@ class VerifyResult:
             "versions": version_table(self.nodes) if self.nodes else {},
             "transport": self.transport.to_dict() if self.transport else None,
             "bandwidth": (self.collective or {}).get("results", []),
+            "latency": self.latency,
             "model_files": model_files(nodes_from_probe(self.nodes)) if self.nodes else None,
             "nodes": self.nodes,
             "collective": collective,
@@ -96,6 +104,37 @@ def render_bandwidth(results: Sequence[Mapping[str, Any]]) -> str:
     return table(["size", "iters", "time (us)", "algbw (GB/s)", "busbw (GB/s)"], rows)
 
 
+# How each latency method times (kit/verify/latency.py), as the text output names it.
+LATENCY_HOW = {
+    "nccl-graph": "NCCL called directly (libnccl{nccl} via ctypes), {ops} all-reduces per CUDA graph, "
+    "replayed, timed with CUDA events",
+    "nccl-eager": "NCCL called directly (libnccl{nccl} via ctypes), launched back to back, timed with CUDA events",
+    "torch-graph": "torch.distributed, {ops} all-reduces per CUDA graph, replayed, timed with CUDA events",
+    "torch-eager": "torch.distributed launched back to back (launch overhead included), timed with CUDA events",
+    "gloo-eager": "Gloo on CPU, back to back, wall clock (CUDA graphs need GPUs)",
+}
+
+
+def render_latency(latency: Mapping[str, Any], world: object) -> list[str]:
+    """The decode-latency table (issue 30): per size, out-of-place and in-place microseconds."""
+    title = f"All-reduce latency at decode sizes ({world} ranks, {latency.get('dtype') or '?'})"
+    method, results = latency.get("method"), latency.get("results") or []
+    if not method or not results:
+        why = latency.get("error") or latency.get("fallback_reason") or "no result"
+        return [title, f"  not measured: {why}", ""]
+    nccl = f" {latency['nccl']}" if latency.get("nccl") else ""
+    how = LATENCY_HOW.get(str(method), str(method)).format(nccl=nccl, ops=latency.get("graph_ops"))
+    lines = [f"{title}, {method}: {how}"]
+    if latency.get("fallback_reason"):
+        lines.append(f"  auto passed over: {latency['fallback_reason']}")
+    if latency.get("correct") is False:
+        lines.append("  WRONG SUM: this all-reduce did not add up on every rank")
+    oop = any(r.get("out_of_place_us") is not None for r in results)
+    rows = [(_size(r["bytes"]), *([r.get("out_of_place_us")] if oop else []), r.get("in_place_us")) for r in results]
+    header = ["size", *(["out-of-place (us)"] if oop else []), "in-place (us)"]
+    return [*lines, table(header, rows), ""]
+
+
 def render_text(result: VerifyResult) -> str:
     parts = []
     if result.nodes:
@@ -118,11 +157,14 @@ def render_text(result: VerifyResult) -> str:
             continue
         title = "All-reduce" if name == "all-reduce" else "All-to-all"
         how = f", {c['method']}" if c.get("method") and c.get("method") != "all_to_all_single" else ""
+        how += f", {c['placement']}" if c.get("placement") else ""
         parts += [
             f"{title} bandwidth ({coll.get('world_size')} ranks, {coll.get('backend')}{how})",
             render_bandwidth(c["results"]),
             "",
         ]
+        if c.get("latency"):
+            parts += render_latency(c["latency"], coll.get("world_size"))
     parts += ["Checks", render_checks(result.checks), ""]
     fixes = [c for c in result.checks if c.status != PASS and c.fix]
     for c in fixes:

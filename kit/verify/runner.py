@@ -48,7 +48,9 @@ def probe_source() -> str:
 
 
 def collective_source() -> str:
-    return program_source("verify/collective.py")
+    """The collective probe as one program for `python3 -c`: collective.py, then latency.py,
+    whose last lines start it (both docstrings say how)."""
+    return program_source("verify/collective.py") + "\n\n" + program_source("verify/latency.py")
 
 
 # The head's Ray view (kit.commands.status.ray_view + merge_views): one row per Ray node with
@@ -71,6 +73,7 @@ class CollectiveSpec:
     timeout_s: int = 120
     master_port: int | None = None  # None: a free port on one node, 29512 across nodes
     collectives: tuple[str, ...] = ("all-reduce",)  # and/or "all-to-all" (expert parallelism)
+    latency: str = "auto"  # decode latency: auto, off or a method of kit/verify/latency.py (issue 30)
 
     def env(self, *, master_addr: str, node_rank: int, nnodes: int, nproc: int | None) -> dict[str, str]:
         env = {
@@ -81,6 +84,7 @@ class CollectiveSpec:
             "KIT_BUDGET_S": str(self.budget_s),
             "KIT_TIMEOUT_S": str(self.timeout_s),
             "KIT_COLLECTIVES": ",".join(self.collectives),
+            "KIT_LATENCY": self.latency,
         }
         if self.sizes:
             env["KIT_SIZES"] = self.sizes

@@ -67,3 +67,20 @@ def test_p2p_and_shm_disabled_gives_socket_and_nvlink_fails() -> None:
     assert result["transport"]["intra_worst"] == "socket"
     failed = {c["name"] for c in result["checks"] if c["status"] == "fail"}
     assert "transport.intra" in failed
+
+
+def test_decode_latency_runs_nccl_in_cuda_graphs() -> None:
+    """Issue 30: beside the bandwidth, the all-reduce's latency at decode sizes, by NCCL called
+    directly in CUDA graphs, out of place and in place, each a plausible NVLink/PCIe figure."""
+    rc, result = verify()
+    assert rc == 0, result["checks"]
+    latency = result["latency"]
+    assert latency["method"] == "nccl-graph", latency.get("fallback_reason")
+    assert latency["correct"] is True and latency["dtype"] == "bfloat16" and latency["graph_ops"] == 64
+    assert [r["bytes"] for r in latency["results"]] == [4096 << i for i in range(9)]
+    for row in latency["results"]:
+        assert 1.0 < row["out_of_place_us"] < 200.0 and 1.0 < row["in_place_us"] < 200.0, row
+    # The transport verdict reads torch's communicator only: the same counts as without latency.
+    rc, plain = verify("--latency", "off")
+    assert plain["transport"]["intra"] == result["transport"]["intra"]
+    assert "latency" not in plain["collective"]["collectives"]["all-reduce"]

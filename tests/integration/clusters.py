@@ -1,5 +1,6 @@
-"""The KIT_* environment of a two-node CPU Ray cluster on a private Docker network, shared by the
-integration tests (each passes its own second octet so concurrent modules never share a subnet)."""
+"""The KIT_* environment of two-node CPU clusters (vLLM's mp backend, kit's default; and Ray, on the
+Ray-layered image) on a private Docker network, shared by the integration tests (each passes its
+own second octet so concurrent modules never share a subnet)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ from pathlib import Path
 from typing import Any
 
 IMAGE = os.environ.get("KIT_TEST_IMAGE", "kit/vllm-cpu:test")
+# The CPU image with Ray layered on by kit itself (`kit build ray`, issue 24: kit's images, like
+# vLLM's since 0.18.0, carry no Ray). Built once, cached by tag: tests/run.sh, or the `ray_image`
+# fixture (conftest.py) when a Ray test runs without it.
+RAY_IMAGE = os.environ.get("KIT_TEST_RAY_IMAGE", "kit/vllm-cpu:test-ray")
 # What the kit_cli fixture (conftest.py) returns: kit_cli(*args, env=..., timeout=...) runs kit.
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -21,7 +26,7 @@ def two_node_ray_env(name: str, hf_cache: Path, *, second_octet: int) -> dict[st
     third = zlib.crc32(name.encode()) % 250 + 2
     return {
         "KIT_CLUSTER": name,
-        "KIT_IMAGE": IMAGE,
+        "KIT_IMAGE": RAY_IMAGE,
         "KIT_ACCELERATOR": "cpu",
         "KIT_BACKEND": "ray",
         "KIT_NODES": "2",
@@ -35,10 +40,24 @@ def two_node_ray_env(name: str, hf_cache: Path, *, second_octet: int) -> dict[st
     }
 
 
+# kit's record of the test images' facts, probed once per session (conftest.py `facts_seed`): a
+# state folder make_kit creates starts with it, so each module does not probe the same image again.
+FACTS_SEED: list[Path] = []
+
+
+def seed_state(state: Path) -> None:
+    import shutil
+
+    if FACTS_SEED and not state.exists():
+        shutil.copytree(FACTS_SEED[0], state)
+
+
 def make_kit(state: Path, base_env: dict[str, str], outputs: list[str] | None = None) -> Any:
     """`kit ...` in a subprocess with its own state dir and the KIT_* environment `base_env` (read
     at each call, so a fixture can fill it in after making the runner); `outputs` collects every
     stdout and stderr (the secret-leak checks read them)."""
+
+    seed_state(state)
 
     def kit(*args: str, env: dict[str, str] | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(

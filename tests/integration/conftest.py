@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.clusters import IMAGE, Cli
+from tests.integration.clusters import FACTS_SEED, IMAGE, RAY_IMAGE, Cli
 
 TEST_RUN_LABEL = "kit.test-run"
 
@@ -89,10 +89,47 @@ def test_labels(run_id: str, cluster_name: str) -> dict[str, str]:
     return {TEST_RUN_LABEL: run_id, "kit.test-cluster": cluster_name}
 
 
+@pytest.fixture(scope="session", autouse=True)
+def facts_seed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """kit's record of the test images' facts (issue 24), probed once per session: every test's
+    own state starts with it, so `kit up` does not probe the same image again in every test
+    (tests/integration/test_image_facts.py probes at first use on purpose, without it)."""
+    import time
+
+    seed = tmp_path_factory.mktemp("facts-seed")
+    try:
+        import docker
+
+        client = docker.from_env(timeout=120)
+        client.ping()
+    except Exception:
+        return seed  # no engine: the tests skip or fail on their own
+    from kit.cluster.image_facts import probe
+    from kit.runtime.docker import DockerRuntime
+
+    before = os.environ.get("KIT_STATE_DIR")
+    os.environ["KIT_STATE_DIR"] = str(seed)
+    try:
+        for ref in (IMAGE, RAY_IMAGE):
+            if tagged(client, ref):
+                started = time.monotonic()
+                probe(DockerRuntime(client=client), ref)
+                print(f"image facts of {ref}: {time.monotonic() - started:.1f} s")
+    finally:
+        if before is None:
+            del os.environ["KIT_STATE_DIR"]
+        else:
+            os.environ["KIT_STATE_DIR"] = before
+    FACTS_SEED[:] = [seed]
+    return seed
+
+
 @pytest.fixture
-def kit_state(tmp_path: Path) -> Path:
+def kit_state(tmp_path: Path, facts_seed: Path) -> Path:
+    import shutil
+
     state = tmp_path / "state"
-    state.mkdir()
+    shutil.copytree(facts_seed, state)
     return state
 
 
@@ -115,10 +152,46 @@ def kit_cli(kit_state: Path) -> Cli:
 
 
 @pytest.fixture
-def cluster(docker_client: Any, kit_cli: Cli, cluster_env: dict[str, str]) -> Iterator[tuple[dict[str, str], Cli]]:
+def cluster(
+    docker_client: Any, kit_cli: Cli, cluster_env: dict[str, str], request: pytest.FixtureRequest
+) -> Iterator[tuple[dict[str, str], Cli]]:
     """A two-node cluster's KIT_* environment (the module's own `cluster_env` fixture) and the
     CLI to drive it; `kit down` at the end, whatever the test left running."""
     if not docker_client.images.list(name=IMAGE):
         pytest.fail(f"test image {IMAGE} is missing: build it with `kit build cpu --tag {IMAGE}`")
+    if cluster_env.get("KIT_IMAGE") == RAY_IMAGE:
+        request.getfixturevalue("ray_image")
     yield cluster_env, kit_cli
     kit_cli("down", env=cluster_env)
+
+
+def tagged(client: Any, ref: str) -> bool:
+    import docker
+
+    try:
+        client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def ray_image(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The CPU image with Ray, layered by kit's own `kit build ray` (issue 24): built once and
+    cached by tag (tests/run.sh builds it first; this builds it when a Ray test runs without)."""
+    import time
+
+    if not tagged(docker_client, RAY_IMAGE):
+        state = tmp_path_factory.mktemp("ray-image-state")
+        started = time.monotonic()
+        build = subprocess.run(
+            [sys.executable, "-m", "kit", "build", "ray", "--base-image", IMAGE, "--tag", RAY_IMAGE],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "KIT_STATE_DIR": str(state)},
+            timeout=1800,
+            check=False,
+        )
+        assert build.returncode == 0, build.stdout + build.stderr
+        print(f"kit build ray --base-image {IMAGE}: {time.monotonic() - started:.0f} s")
+    return RAY_IMAGE

@@ -97,7 +97,9 @@ def standin_script() -> str:
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def ray_cluster(
+    docker_client: Any, ray_image: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("sup-ray")
     name = f"ksupray{os.getpid() % 10000}"
     env = two_node_ray_env(name, root / "hf", second_octet=SECOND_OCTET)

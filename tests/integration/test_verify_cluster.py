@@ -2,8 +2,9 @@
 real torch.distributed over Gloo) with distinct IPs on a private Docker network (issue 5).
 
 - a good cluster passes: identical versions/digest table, a correct all-reduce over 2 ranks on
-  2 nodes, inter-node transport Socket (Gloo over TCP), Ray registered each node's own IP, the
-  model snapshot identical on both nodes;
+  2 nodes, inter-node transport Socket (Gloo over TCP), the all-reduce's latency at decode sizes
+  (Gloo: back to back), Ray registered each node's own IP, the model snapshot identical on both
+  nodes;
 - a policy that asks for more (--expect ib-gdr) exits 7 with a one-line reason;
 - a worker started from a different image (other digest, one package at another version) is
   caught by name.
@@ -21,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.clusters import IMAGE, Cli, two_node_ray_env
+from tests.integration.clusters import RAY_IMAGE, Cli, two_node_ray_env
 
 MODEL = "kit-test/tiny"
 MODEL_CONFIG = Path(__file__).parents[1] / "data" / "models" / "qwen2.5-7b" / "config.json"
@@ -99,6 +100,19 @@ def test_verify_passes_on_a_good_two_node_cluster(cluster: tuple[dict[str, str],
     checks = {(c["name"], c["node"]): c for c in result["checks"]}
     assert "Socket" in checks[("transport.inter", None)]["reason"]
 
+    # Latency at decode sizes (issue 30): the probe sent with -c (collective.py + latency.py as
+    # one program) measured it on Gloo back to back, in place only, and says so.
+    lat = result["latency"]
+    assert (lat["method"], lat["dtype"], lat["graph_ops"], lat["correct"], lat["error"]) == (
+        "gloo-eager",
+        "float32",
+        None,
+        True,
+        None,
+    )
+    assert [r["bytes"] for r in lat["results"]] == [4096 << i for i in range(9)]
+    assert all(r["out_of_place_us"] is None and r["in_place_us"] > 0 for r in lat["results"])
+
     # Ray registered each node's own IP; the model snapshot is the same on both nodes.
     assert [(r["ip"], r["vllm_host_ip"]) for r in result["ray"]] == [(f"{prefix}.10",) * 2, (f"{prefix}.11",) * 2]
     assert all(checks[("node.ray_ip", n)]["status"] == "pass" for n in nodes)
@@ -146,7 +160,7 @@ def test_verify_catches_a_node_with_another_image(
     # Same base, one layer more (a new digest) and one package at another version: what a node
     # left on an older pull or a hand-patched pip tree looks like (FIELD_NOTES §1 row 7).
     dockerfile = (
-        f"FROM {IMAGE}\n"
+        f"FROM {RAY_IMAGE}\n"
         "RUN sed -i 's/^Version: .*/Version: 1.16.0/' /opt/venv/lib/python3*/site-packages/six-*.dist-info/METADATA\n"
     )
     other = f"kit/vllm-cpu:verify-{test_labels['kit.test-run']}"

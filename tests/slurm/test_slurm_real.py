@@ -51,7 +51,7 @@ def kit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "kit", *args], cwd=cwd, capture_output=True, text=True, timeout=180)
 
 
-def write_config(tmp_path: Path, **extra: object) -> Path:
+def write_config(tmp_path: Path, slurm_extra: dict[str, object] | None = None, **extra: object) -> Path:
     config = {
         "cluster": f"slurmtest{os.getpid()}",
         "runtime": "docker",
@@ -66,6 +66,7 @@ def write_config(tmp_path: Path, **extra: object) -> Path:
             "job_name": "kit-test",
             "output": str(tmp_path / "job-%j.out"),
             "error": str(tmp_path / "job-%j.err"),
+            **(slurm_extra or {}),
         },
         **extra,
     }
@@ -153,12 +154,23 @@ def test_mp_server_ready_under_slurm_answers_and_down_cancels_it(tmp_path: Path)
     )
     token = tmp_path / "hf_token"
     token.write_text("hf_NOTREALLYSECRET")
+    # An HPC site's setup (issue 28): a prologue of the user's the job sources first (module
+    # loads), the API on every interface with the tunnel through the login host's SSH port, the
+    # readiness bounded by the walltime alone (40 min: more than the old 1800 s cap), and the
+    # node's container run as a user on a read-only image (Apptainer's semantics, Docker standing in).
+    prologue = tmp_path / "prologue.sh"
+    prologue.write_text('echo "site prologue loaded on $(hostname)"\nexport SITE_MODULES=apptainer\n')
+    prologue.chmod(0o600)
     config = write_config(
         tmp_path,
         backend="mp",
         hf_token_file=str(token),
         env={"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"},
         model={"id": "kit/tiny-llama", "extra_args": ["--enforce-eager"]},
+        api_listen="all",
+        tunnel={"login_host": "alice@login.example", "ssh_port": 2222},
+        docker={"user": "4242:4242", "read_only": True},
+        slurm_extra={"prologue": str(prologue), "time": "00:40:00"},
     )
     t0 = time.monotonic()
     job = submit(tmp_path, config)
@@ -167,7 +179,11 @@ def test_mp_server_ready_under_slurm_answers_and_down_cancels_it(tmp_path: Path)
         line, _ = wait_for(tmp_path / f"job-{job}.out", "KIT_SERVER_READY", 420, job)
         print(f"job {job}: {line!r} {time.monotonic() - t0:.0f} s after submit")
         url = re.search(r"url=(\S+)", line)
-        assert url and "tunnel: ssh -N -L 8000:" in line
+        assert url and re.search(r"tunnel: ssh -N -p 2222 -L 8000:[^:]+:8000 alice@login\.example$", line), line
+        out = (tmp_path / f"job-{job}.out").read_text()
+        assert "site prologue loaded on" in out
+        budget = re.search(r"kit: waiting up to (\d+) s", out)
+        assert budget and 1800 < int(budget.group(1)) <= 40 * 60 - 120, out[-2000:]
         body = json.dumps({"model": "kit/tiny-llama", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})
         request = urllib.request.Request(
             url.group(1) + "/v1/chat/completions", data=body.encode(), headers={"Content-Type": "application/json"}
@@ -178,3 +194,21 @@ def test_mp_server_ready_under_slurm_answers_and_down_cancels_it(tmp_path: Path)
         assert status["server_ready"] and "KIT_SERVER_READY" in status["server_ready"]
     finally:
         down_and_check_clean(tmp_path, job)
+
+
+def test_a_node_without_the_image_says_so_in_one_line_before_anything_starts(tmp_path: Path) -> None:
+    """The per-node check (issue 28): the job ends at once with one line naming the node."""
+    config = write_config(tmp_path, backend="mp", image="kit/no-such-image:issue-28", model={"id": "kit/tiny-llama"})
+    job = submit(tmp_path, config)
+    try:
+        err = tmp_path / f"job-{job}.err"
+        start = time.monotonic()
+        while subprocess.run(["squeue", "-h", "-j", job], capture_output=True, text=True).stdout.strip():
+            assert time.monotonic() - start < 120, "the job did not end"
+            time.sleep(1)
+        text = err.read_text() if err.exists() else ""
+        assert re.search(r"kit: error: node 0 \(\S+\): the image is not on this node .*kit/no-such-image", text), text
+        assert "docker: " not in text  # nothing was started
+        print(f"job {job}: refused in {time.monotonic() - start:.0f} s")
+    finally:
+        subprocess.run(["scancel", job], capture_output=True)

@@ -395,3 +395,24 @@ def test_singularity_binary_gets_singularityenv(fake: dict[str, Any]) -> None:
         e for argv, e in zip(recorded(tmp), recorded_env(tmp), strict=True) if argv[1:3] == ["instance", "start"]
     )
     assert env["SINGULARITYENV_VLLM_HOST_IP"] == "10.0.0.1" and not any(k.startswith("APPTAINERENV_") for k in env)
+
+
+@pytest.mark.host_nodes
+def test_site_options_gpu_ids_and_what_a_node_holds_through_the_fake(fake: dict[str, Any]) -> None:
+    """Issue 28, against the recording fake (no Apptainer binary can exist here): the site's GPU
+    and extra options replace --nv, the selected GPUs keep their physical ids (--nv shows every
+    GPU), kit's binds lie outside /root, and the instance is found again with what it holds."""
+    tmp = fake["tmp"]
+    rt = runtime(tmp)
+    site = {"apptainer.gpu_args": ["--nvccli", "--writable-tmpfs"], "apptainer.extra_args": ["--bind=/scratch"]}
+    cfg = apptainer_config(tmp, nodes=1, gpus="2,3", gpus_per_node=2, vllm_version="0.23.0", **site)
+    spec = plan_node(cfg, HEAD, NodeNet("10.0.0.1", "ib0", "10.0.0.1"))
+    rt.start(spec)
+    start, env = next(
+        (c, e) for c, e in zip(recorded(tmp), recorded_env(tmp), strict=True) if c[1:3] == ["instance", "start"]
+    )
+    assert start[3:6] == ["--nvccli", "--writable-tmpfs", "--bind=/scratch"] and "--nv" not in start
+    assert env["APPTAINERENV_CUDA_VISIBLE_DEVICES"] == "2,3"
+    assert "--bind=/data/hf:/kit/hf-cache" in start and not any(":/root" in a for a in start)
+    [node] = rt.host_nodes()
+    assert node.cluster == "llama" and node.labels["kit.gpus"] == "2,3" and node.labels["kit.host-ports"]

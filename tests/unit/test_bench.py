@@ -660,7 +660,10 @@ class SlowNodes:
     name = "docker"
 
     def __init__(self, ready_s: float) -> None:
+        from tests.unit.recorded_parsers import RecordedStore
+
         self.ready_s = ready_s
+        self.images = RecordedStore()  # kit probes the image once before the bring-up (issue 24)
         self.specs: dict[str, Any] = {}
         self.launched: set[str] = set()
         self.waits: list[float] = []
@@ -676,15 +679,6 @@ class SlowNodes:
 
     def state(self, name: str) -> str | None:
         return "running" if name in self.specs else None
-
-    @property
-    def images(self) -> Any:
-        return self  # every image is here: kit up checks it before it starts anything
-
-    def image_info(self, ref: str) -> Any:
-        from kit.runtime.base import ImageInfo
-
-        return ImageInfo(ref, "sha256:" + "0" * 64)
 
     def ensure_network(self, name: str, subnet: str, cluster: str) -> None:
         pass
@@ -727,15 +721,18 @@ def test_serve_cluster_stops_waiting_for_health_at_the_deadline(monkeypatch: pyt
     from kit.errors import StartError
     from kit.plan.roles import HEAD
     from tests.conftest import make_config
+    from tests.unit.recorded_parsers import recorded_facts
 
     config = make_config(nodes=1)
-    assert config.timeouts.ready >= 60
+    assert config.timeouts.ready_s >= 60
     runtime = SlowNodes(ready_s=0)
     runtime.start(SimpleNamespace(name="kit-llama-head", role=HEAD))
     monkeypatch.setattr(kit.net.openai, "health", lambda url, timeout=3: False)  # never healthy
     start = time.monotonic()
     with pytest.raises(StartError, match=r"the time budget ran out \d+ s into waiting for http://127\.0\.0\.1:8000"):
-        Cluster.from_config(config, runtime=runtime).serve(deadline=start + 1.0)  # type: ignore[arg-type]
+        Cluster.from_config(config, runtime=runtime, image=recorded_facts(ray="2.60.0")).serve(  # type: ignore[arg-type]
+            deadline=start + 1.0
+        )
     assert time.monotonic() - start < 2.0
 
 

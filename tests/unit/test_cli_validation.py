@@ -104,13 +104,16 @@ def test_dry_run_with_no_config_is_a_complete_docker_command() -> None:
         "--network=host",
         "--ipc=host",
         "--gpus=all",
-        ":/root/.cache/huggingface",
+        ":/kit/hf-cache",
         "--env=VLLM_HOST_IP=",
         "--env=NCCL_SOCKET_IFNAME=",
         "--env=GLOO_SOCKET_IFNAME=",
     ):
         assert needle in docker
-    assert 'ray start --head --node-ip-address="${VLLM_HOST_IP}" --port=6379' in out
+    # mp, the default (issue 24): the node holds GPUs and environment until `kit serve`
+    assert "KIT_READY role=head" in out and "ray start" not in out
+    rc, out, _ = run_kit(["up", "--head", "--dry-run", "--backend", "ray"])
+    assert rc == 0 and 'ray start --head --node-ip-address="${VLLM_HOST_IP}" --port=6379' in out
 
 
 def test_help_lists_every_verb_and_exit_codes() -> None:

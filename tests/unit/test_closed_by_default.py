@@ -109,6 +109,10 @@ def test_up_and_serve_warn_about_what_is_open(tmp_path: Path) -> None:
     code, out, err = run_kit(["up", "--head", "--dry-run", "--json", *base])
     assert code == 0, err
     warnings = json.loads(out)["result"]["warnings"]
+    assert [w.split(":")[0] for w in warnings] == ["no api_key_file"]  # mp, the default: no Ray
+    base += ["--backend", "ray"]
+    code, out, err = run_kit(["up", "--head", "--dry-run", "--json", *base])
+    warnings = json.loads(out)["result"]["warnings"]
     assert [w.split(":")[0] for w in warnings] == ["no api_key_file", "no ray_token_file"]
     code, out, err = run_kit(["up", "--head", "--dry-run", *base])
     lines = [line for line in err.splitlines() if line.startswith("warning: ")]

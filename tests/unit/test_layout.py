@@ -236,7 +236,8 @@ def test_slurm_refuses_a_layout_it_can_only_guess(tmp_path: Path, capsys: pytest
     assert code == 0, err
     # Issue 19: the same line says whether the nodes run vLLM offline (here: a config.json in a
     # snapshot no ref names, which vLLM offline would not find).
-    line, warning = err.strip().splitlines()
+    line, warning, unchecked = err.strip().splitlines()
+    assert "not checked against the image in advance" in unchecked  # issue 24: no record of it here
     assert line == (
         f"kit slurm: layout TP=4 PP=2 DP=1 (decided by: {lay.BY_MODEL}); "
         "vLLM runs online: the model is not in hf_cache on this host"

@@ -173,8 +173,10 @@ def test_slurm_launcher_carries_offline_and_its_line_says_which(tmp_path: Path) 
     base = ["slurm", "--nodes", "2", "--gpus-per-node", "1", "--tp", "1", "--pp", "2", "--model", "org/m"]
     code, out, err = run_kit([*base, "--set", f"hf_cache={tmp_path}"])
     assert code == 0, err
-    assert err.strip().endswith(
-        "; vLLM runs offline (HF_HUB_OFFLINE=1): the model is complete in hf_cache on this host"
+    assert (
+        err.strip()
+        .splitlines()[0]
+        .endswith("; vLLM runs offline (HF_HUB_OFFLINE=1): the model is complete in hf_cache on this host")
     )
     assert "--env=HF_HUB_OFFLINE=1" in shlex.split(out, comments=True)
     code, out, err = run_kit([*base, "--set", f"hf_cache={tmp_path / 'empty'}", "--json"])

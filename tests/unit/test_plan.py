@@ -88,11 +88,11 @@ def test_container_spec_essentials() -> None:
     kw = to_docker_kwargs(spec)
     assert kw["network_mode"] == "host" and kw["ipc_mode"] == "host"
     assert kw["device_requests"] == [{"count": -1, "capabilities": [["gpu"]]}]
-    assert "/data/hf:/root/.cache/huggingface:rw" in kw["volumes"]
+    assert "/data/hf:/kit/hf-cache:rw" in kw["volumes"]
     assert "/etc/kit/hf_token:/run/kit/secrets/hf_token:ro" in kw["volumes"]
     # One host path mounted twice keeps both mounts (docker-py's dict form would keep one).
     twice = to_docker_kwargs(plan_node(make_config(mounts=["/data/hf:/models:ro"]), WORKER, NETS["worker"]))
-    assert {"/data/hf:/root/.cache/huggingface:rw", "/data/hf:/models:ro"} <= set(twice["volumes"])
+    assert {"/data/hf:/kit/hf-cache:rw", "/data/hf:/models:ro"} <= set(twice["volumes"])
     env = kw["environment"]
     assert env["VLLM_HOST_IP"] == "10.0.0.2" and env["KIT_HEAD_ADDRESS"] == "10.0.0.1"
     assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == "ib0"

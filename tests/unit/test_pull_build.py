@@ -27,6 +27,7 @@ from kit.runtime.apptainer import ApptainerRuntime
 from kit.runtime.base import BuildPlan, BuildResult, ImageFile, Progress, PullPlan, PullResult
 from kit.runtime.docker import DockerRuntime
 from tests.conftest import run_kit
+from tests.unit.recorded_parsers import ProbeContainer
 
 # No KIT_* variable from the caller's shell; the working directory and KIT_STATE_DIR in tmp_path.
 pytestmark = pytest.mark.usefixtures("kit_env")
@@ -208,12 +209,14 @@ def test_plan_build_context_rejects_bad_inputs(tmp_path: Path) -> None:
 
 def test_plans_for_kits_own_images() -> None:
     probes = resources.probe_files()
-    assert [p.name for p in probes] == ["probe.py", "collective.py"]
+    assert [p.name for p in probes] == ["probe.py", "collective.py", "latency.py"]  # collective.py loads latency.py
     assert {"cpu", "vllm"} <= set(resources.image_names())
 
     cpu = plan_build_context("cpu", resources.container_dir("cpu"), probe_files=probes)
     assert cpu.tag.startswith("kit/vllm-cpu:") and cpu.tag != "kit/vllm-cpu:latest"
-    assert {"Dockerfile", "make_tiny_model.py", "probe/probe.py", "probe/collective.py"} <= set(cpu.files)
+    assert {"Dockerfile", "make_tiny_model.py", "probe/probe.py", "probe/collective.py", "probe/latency.py"} <= set(
+        cpu.files
+    )
 
     vllm = plan_build_context(
         "vllm", resources.container_dir("vllm"), probe_files=probes, vllm_tag="v0.31.0", base_image="mirror/vllm"
@@ -259,6 +262,8 @@ class FakeEngine:
 
     def __init__(self, events: list[dict[str, Any]], *, fail_with: str | None = None, leave_tag: bool = False):
         self.api = self.images = self
+        # kit's image facts probe after a pull or build (issue 24) answers as vllm-cpu 0.32.0 does
+        self.containers = SimpleNamespace(run=lambda **kwargs: ProbeContainer())
         self.events = events
         self.fail_with = fail_with
         self.leave_tag = leave_tag

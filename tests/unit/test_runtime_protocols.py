@@ -79,10 +79,10 @@ def test_interfaces_are_the_ones_the_brief_names() -> None:
     """The method sets, so that removing one from an interface is a deliberate, visible change."""
     assert set(interface_members(ContainerRuntime)) == {
         "images", "find_nodes", "exec", "exec_detached", "state", "start", "remove", "revive", "logs",
-        "follow_logs", "wait_for_mark", "remove_cluster", "ensure_network",
+        "follow_logs", "wait_for_mark", "remove_cluster", "ensure_network", "host_nodes",
     }  # fmt: skip
     assert set(interface_members(ImageStore)) == {
-        "image_info", "plan_pull", "pull", "plan_build", "build", "remove_image",
+        "image_info", "plan_pull", "pull", "plan_build", "build", "remove_image", "run_probe",
     }  # fmt: skip
     assert set(interface_members(JobControl)) == {"submit", "status", "cancel"}
 

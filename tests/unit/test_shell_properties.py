@@ -42,7 +42,7 @@ from kit.commands.query import tunnel_hint
 from kit.config import KitConfig
 from kit.errors import KitError
 from kit.plan.network import NodeNet
-from kit.plan.node import plan_node
+from kit.plan.node import LOCAL_MODEL_PREFIXES, plan_node
 from kit.plan.roles import HEAD, Role
 from kit.plan.scripts import serve_script
 from kit.plan.slurm import plan_launcher, plan_slurm_files, sbatch_line
@@ -208,6 +208,9 @@ def hostile_config(ex: Example, *, runtime: str = "docker", backend: str = "ray"
     path, secret = UNFIT_PATH.get(runtime), fit(ex.v("secret"), UNFIT_PATH.get(runtime))
     image = ex.v("image") if runtime == "docker" else ex.path("images", secret)
     env = fit(ex.v("env"), UNFIT_ENV.get(runtime)) or ("x" if runtime == "edf" else "")
+    if runtime != "docker":  # every node checks it can read an image file before anything starts
+        Path(image).parent.mkdir(parents=True, exist_ok=True)
+        Path(image).write_bytes(b"")
     return dataclasses.replace(
         base,
         cluster=fit(ex.v("cluster"), UNFIT_ENV.get(runtime)) or "c",  # KIT_CLUSTER is in the environment
@@ -220,12 +223,18 @@ def hostile_config(ex: Example, *, runtime: str = "docker", backend: str = "ray"
         env={"NCCL_IB_HCA": env},
         mounts=(f"{ex.path('src', fit(ex.v('mount'), path))}:/data",),
         model=dataclasses.replace(
-            base.model, id=ex.v("model"), served_name=ex.v("served"), extra_args=("--x", ex.v("extra"))
+            base.model, id=hub_id(ex.v("model")), served_name=ex.v("served"), extra_args=("--x", ex.v("extra"))
         ),
         ray=dataclasses.replace(base.ray, temp_dir=fit(ex.v("temp_dir"), path if runtime == "apptainer" else None)),
         # 0: the scripts give up at once (the config layer refuses 0; set here, past it)
         timeouts=dataclasses.replace(base.timeouts, join=0),
     )
+
+
+def hub_id(model: str) -> str:
+    """The example's model as a hub id: a value that starts like a path (/, ~, .) would be a model
+    directory, mounted and checked on every node (tests/unit/test_local_model.py covers those)."""
+    return "org" + model if model.startswith(LOCAL_MODEL_PREFIXES) else model
 
 
 def refused(make: Any) -> Any:
@@ -259,7 +268,7 @@ def run(text: str, ex: Example, stubs: Stubs, *args: str, **env: str) -> subproc
 
 def assert_serve_argv(argv: list[str], ex: Example, cfg: KitConfig, *, head: bool, ip: str = "10.0.0.1") -> None:
     """vllm serve MODEL ... with every configured value verbatim, as one word each."""
-    assert argv[:2] == ["serve", ex.v("model")]
+    assert argv[:2] == ["serve", hub_id(ex.v("model"))]
     assert argv[-2:] == ["--x", ex.v("extra")]
     if head:
         assert f"--served-model-name={cfg.served_name}" in argv
@@ -363,6 +372,7 @@ def run_launcher(ex: Example, stubs: Stubs, text: str, nodes: int) -> subprocess
         SLURM_JOB_NUM_NODES=str(nodes),
         SLURM_JOB_NODELIST="node1",
         SLURM_SUBMIT_HOST="login1",
+        SLURM_STEP_GPUS="0,1",  # srun's, in every task of a step with GPUs (Docker takes these)
         USER="alice",
         KIT_STUB_RAY_BLOCK="10",  # until the head's entry stops it, after vllm serve
     )
@@ -385,7 +395,7 @@ def check_launcher_run(ex: Example, cfg: KitConfig, result: subprocess.Completed
         mount = "--volume" if runtime == "docker" else "--bind"
         for argv, given in zip(runs, envs, strict=True):
             assert f"{env}KIT_CLUSTER={cfg.cluster}" in given and f"{env}NCCL_IB_HCA={cfg.env['NCCL_IB_HCA']}" in given
-            assert f"{mount}={cfg.hf_cache}:/root/.cache/huggingface" in argv
+            assert f"{mount}={cfg.hf_cache}:/kit/hf-cache" in argv
             assert f"{mount}={cfg.hf_token_file}:/run/kit/secrets/hf_token:ro" in argv
             assert f"{mount}={cfg.mounts[0]}" in argv
             assert cfg.image in argv
@@ -436,7 +446,7 @@ def check_enroot_steps(ex: Example, cfg: KitConfig, out: str) -> None:
     for env in envs:
         assert f"KIT_CLUSTER={cfg.cluster}" in env and f"NCCL_IB_HCA={cfg.env['NCCL_IB_HCA']}" in env
     for listed in mounts:
-        assert f"{cfg.hf_cache}:/root/.cache/huggingface" in listed
+        assert f"{cfg.hf_cache}:/kit/hf-cache" in listed
         assert f"{cfg.hf_token_file}:/run/kit/secrets/hf_token:ro" in listed and cfg.mounts[0] in listed
         if cfg.ray_token_file:
             assert f"{cfg.ray_token_file}:/run/kit/secrets/ray_token:ro" in listed
@@ -506,7 +516,8 @@ def test_tunnel_hint_runs_nothing_and_passes_values_verbatim(host: str, login: s
         ex.assert_nothing_ran()
         [argv] = ex.calls("ssh")
         assert argv[:3] == ["-N", "-L", argv[2]] and argv[2].startswith("8000:") and argv[2].endswith(":8000")
-        assert argv[3] == f"{user or getpass.getuser()}@{login or 'LOGIN_HOST'}"
+        login = login or "LOGIN_HOST"
+        assert argv[3] == (login if "@" in login else f"{user or getpass.getuser()}@{login}")
 
 
 # ---- through the real CLI: refused before anything is written, or a launcher that is safe -------

@@ -263,6 +263,11 @@ def test_launcher_runs_and_hostile_values_stay_one_argument(runtime: str, hostil
     # but the launcher must hold up even for a value that got past it.
     model = dataclasses.replace(checked.model, id=hostile, served_name=hostile)  # type: ignore[attr-defined]
     cfg = dataclasses.replace(checked, hf_cache=str(hf), model=model)  # type: ignore[type-var]
+    if runtime == "apptainer":  # every node checks it can read the image before anything starts
+        sif = tmp_path / "images dir" / "vllm.sif"
+        sif.parent.mkdir()
+        sif.write_bytes(b"")
+        cfg = dataclasses.replace(cfg, image=str(sif))
     launcher = tmp_path / "launcher.sh"
     launcher.write_text(plan_launcher(cfg))  # type: ignore[arg-type]
     bindir = tmp_path / "bin"
@@ -282,6 +287,7 @@ def test_launcher_runs_and_hostile_values_stay_one_argument(runtime: str, hostil
         "SLURM_JOB_NUM_NODES": "1",
         "SLURM_JOB_NODELIST": "node1",
         "SLURM_SUBMIT_HOST": "login1",
+        "SLURM_STEP_GPUS": "2,5",  # srun sets it in every task of a step with GPUs (physical ids)
         "USER": "alice",
     }
     result = subprocess.run(["bash", str(launcher)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
@@ -289,7 +295,10 @@ def test_launcher_runs_and_hostile_values_stay_one_argument(runtime: str, hostil
     assert not (tmp_path / "PWNED").exists()
     assert "KIT_SERVER_READY url=http://10.9.0.1:8000" in result.stdout
     assert "ssh -N -L 8000:10.9.0.1:8000 alice@login1" in result.stdout
-    [argv] = [json.loads(line) for line in (tmp_path / "record.jsonl").read_text().splitlines()]
+    calls = [json.loads(line) for line in (tmp_path / "record.jsonl").read_text().splitlines()]
+    if runtime == "docker":  # the node checked its image before starting anything (issue 28)
+        assert calls.pop(0) == ["docker", "image", "inspect", cfg.image]
+    [argv] = calls
     assert argv[0] == runtime
     script = argv[argv.index("-c") + 1]
     assert script == container_scripts(cfg)["KIT_HEAD_SCRIPT"]  # type: ignore[arg-type]  # byte for byte
@@ -303,7 +312,9 @@ def test_launcher_runs_and_hostile_values_stay_one_argument(runtime: str, hostil
         assert "--env=NCCL_SOCKET_IFNAME=ib0" in argv and "--env=KIT_HEAD_ADDRESS=10.9.0.1" in argv
     mount = "--bind" if runtime == "apptainer" else "--volume"
     assert f"{mount}={token}:/run/kit/secrets/hf_token:ro" in argv
-    assert f"{mount}={hf}:/root/.cache/huggingface" in argv
+    assert f"{mount}={hf}:/kit/hf-cache" in argv
     assert "hf_SECRET" not in launcher.read_text()
     if runtime == "docker":
         assert f"--label=kit.slurm-job={job}" in argv and "--rm" in argv and "--detach" not in argv
+        # only the step's GPUs, by their physical ids: never --gpus=all on a shared node (issue 28)
+        assert '--gpus="device=2,5"' in argv and "--gpus=all" not in argv

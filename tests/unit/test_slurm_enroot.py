@@ -198,7 +198,7 @@ def test_kit_slurm_writes_the_edf_files_beside_the_launcher(tmp_path: Path, monk
     assert "KIT_HEAD_EDF=out/serve.head.toml" in launcher and '--environment="${KIT_HEAD_EDF}"' in launcher
     head = tomllib.loads((tmp_path / "out" / "serve.head.toml").read_text())
     assert head["image"] == "nvcr.io#nvidia/vllm:25.01" and head["entrypoint"] is False
-    assert head["env"]["KIT_ROLE"] == "head" and f"{tmp_path}:/root/.cache/huggingface" in head["mounts"]
+    assert head["env"]["KIT_ROLE"] == "head" and f"{tmp_path}:/kit/hf-cache" in head["mounts"]
     printed = CliRunner().invoke(cli, args[:-3])  # no -o: the launcher and the EDF files, printed
     assert printed.exit_code == 0 and "# ---- kit: kit-kit.head.toml (environment definition) ----" in printed.output
     assert not (tmp_path / "kit-kit.head.toml").exists()

@@ -22,7 +22,7 @@ import pytest
 from kit.config import KitConfig
 from kit.plan.roles import HEAD, Role
 from kit.plan.scripts import serve_script
-from kit.plan.slurm import plan_launcher
+from kit.plan.slurm import WALLTIME_MARGIN_S, plan_launcher, supervised_config, walltime_seconds
 from kit.plan.slurm_supervise import entry_script
 from kit.plan.supervise import RUN_DIR, plan_supervise
 from kit.resources import program_source
@@ -75,8 +75,13 @@ def hostile_config(root: Path, runtime: str, backend: str, **extra: object) -> K
     if runtime == "apptainer":  # kit refuses `$` and backticks in Apptainer's environment (test_apptainer.py)
         value = value.replace("$", "").replace("`", "")
     base = supervised(runtime, backend, nodes=2, gpus_per_node=1, **{"model.tp": 1, "model.pp": 2, **extra})
+    image = base.image
+    if runtime == "apptainer":  # every node checks it can read the image before anything starts
+        (root / "vllm.sif").write_bytes(b"")
+        image = str(root / "vllm.sif")
     return dataclasses.replace(
         base,
+        image=image,
         cluster=value,
         hf_cache=str(root / "hf"),
         hf_token_file=None,
@@ -102,6 +107,7 @@ def run_launcher(root: Path, text: str, job: str, *, srun_rc: int | None = None)
         SLURM_JOB_NUM_NODES="2",
         SLURM_JOB_NODELIST="node1",
         SLURM_SUBMIT_HOST="login1",
+        SLURM_STEP_GPUS="0",  # srun's, in every task of a step with GPUs (Docker takes these)
         USER="alice",
         KIT_STUB_RAY_BLOCK="10",
     )
@@ -127,9 +133,11 @@ def test_every_node_hands_its_serve_script_bundle_and_settings_to_the_supervisor
     for argv, role in zip(boots, roles, strict=True):
         run_dir, serve, packed, settings = argv[2:]
         assert run_dir == RUN_DIR
-        assert serve == serve_script(cfg, role)
+        assert serve == serve_script(cfg, role, precheck=cfg.image_options is None)  # issue 24: no record
         assert base64.b64decode(packed) == bundle.build()
-        assert json.loads(settings) == plan_supervise(cfg)
+        # timeouts.ready auto: the job's supervisor waits as long as the walltime leaves (issue 28)
+        assert json.loads(settings) == plan_supervise(supervised_config(cfg))
+        assert json.loads(settings)["ready_s"] == walltime_seconds(cfg.slurm.time) - WALLTIME_MARGIN_S
         assert json.loads(settings)["cluster"] == cfg.cluster
     runs = [c for c in record if c[0] == runtime and c[1] in ("run", "exec")]
     assert len(runs) == 2

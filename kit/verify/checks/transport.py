@@ -64,6 +64,7 @@ def check_collective(
             )
         ]
     checks = [check_correct(run, coll) for run in coll.runs]
+    checks += [check_latency_sum(run) for run in coll.runs if run.latency_correct is False]
     if coll.backend == "gloo":
         return checks + check_gloo(expect, coll.nnodes)
     if coll.backend != "nccl" or summary is None:
@@ -96,6 +97,17 @@ def check_correct(run: CollectiveRun, coll: CollectiveFacts) -> Check:
     if run.correct:
         return Check(check, PASS, f"{run.name} over {coll.world_size} ranks ({coll.backend}) {good}")
     return Check(check, FAIL, bad, "check GPU health (nvidia-smi -q, dmesg Xid) and NCCL_PROTO/ALGO overrides")
+
+
+def check_latency_sum(run: CollectiveRun) -> Check:
+    """The decode-latency all-reduce (issue 30) runs on NCCL too, through another path (ctypes,
+    CUDA graphs): a wrong sum there is a broken GPU or NCCL as much as in the bandwidth loop."""
+    return Check(
+        "collective.latency.correct",
+        FAIL,
+        f"the decode-latency all-reduce ({run.latency_method}) gave a wrong sum",
+        "check GPU health (nvidia-smi -q, dmesg Xid) and NCCL_PROTO/ALGO overrides",
+    )
 
 
 def check_gloo(expect: str, nnodes: int) -> list[Check]:

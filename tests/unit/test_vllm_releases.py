@@ -1,5 +1,7 @@
-"""Version-aware rendering (issue 19): kit learns the image's vLLM release and renders and checks
-the multi-node options that changed between releases from one table (kit.images.vllm_releases)."""
+"""Version-aware rendering (issues 19, 24): kit learns the image's vLLM release; what the image's
+parser cannot tell (defaults that changed meaning, choices vLLM silently replaces) and the
+rendering without a record of the parser come from kit.images.vllm_releases, whose boundaries are
+checked here against the parsers recorded from the real releases (tests/fixtures/vllm_parsers/)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from kit.plan.scripts import serve_script
 from kit.plan.vllm import vllm_serve_argv
 from kit.render import shell_words
 from tests.conftest import make_config, run_kit, shellcheck_bin
+from tests.unit.recorded_parsers import RELEASES, recorded_facts
 
 WORKER = Role("worker", 1)
 NET = NodeNet("10.0.0.2", "eth0", "10.0.0.1")
@@ -121,11 +124,13 @@ def test_a_removed_all2all_backend_is_refused_with_the_fix(backend: str) -> None
     assert "allgather_reducescatter" in str(err.hint)
 
 
-def test_a_backend_newer_than_the_release_is_refused() -> None:
+def test_a_backend_the_images_parser_lacks_is_refused() -> None:
+    """Whether a release has a backend is its parser's to say: deepep_v2 came in 0.24.0."""
+    old, new = recorded_facts("0.18.0"), recorded_facts("0.24.0")
     with pytest.raises(ConfigError) as exc:
-        check_config(dp_ep("0.11.0", **{"model.all2all": "deepep_v2"}), {})
-    assert exc.value.key == "model.all2all" and "has no" in exc.value.message
-    check_config(dp_ep("0.33.0", **{"model.all2all": "deepep_v2"}), {})
+        check_config(dp_ep("0.18.0", **{"model.all2all": "deepep_v2"}), {}, facts=old)
+    assert exc.value.key == "model.all2all" and "does not accept 'deepep_v2'" in exc.value.message
+    check_config(dp_ep("0.24.0", **{"model.all2all": "deepep_v2"}), {}, facts=new)
 
 
 def test_refusal_through_the_cli_is_one_line_exit_3(tmp_path: Path) -> None:
@@ -164,9 +169,6 @@ def test_hybrid_load_balancing_gives_every_node_an_api_server() -> None:
 
 
 def test_hybrid_is_refused_where_it_cannot_work() -> None:
-    with pytest.raises(ConfigError) as exc:
-        check_config(dp_ep("0.10.0", **{"model.dp_lb": "hybrid", "model.all2all": "auto"}), {})
-    assert exc.value.key == "model.dp_lb" and "0.10.1" in exc.value.message
     with pytest.raises(ConfigError) as exc:
         check_config(make_config(**{"model.dp_lb": "hybrid"}), {})  # Ray, DP 1
     assert exc.value.key == "model.dp_lb"
@@ -242,3 +244,36 @@ def test_the_dry_run_says_when_the_release_is_unknown(tmp_path: Path) -> None:
     assert code == 0 and not any("unknown" in w for w in json.loads(out)["result"]["warnings"])
     code, out, err = run_kit(["up", "--head", "--dry-run", "--json", "--network", "n", "--set", f"hf_cache={tmp_path}"])
     assert code == 0 and json.loads(out)["result"]["vllm"] == {"version": "0.33.0", "from": "image tag"}
+
+
+# ---- the table against the recorded parsers (issue 24) --------------------------------------
+
+
+def _version(text: str) -> versions.Version:
+    found = versions.parse_version(text)
+    assert found is not None
+    return found
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_fallback_boundaries_agree_with_every_recorded_parser(release: str) -> None:
+    """Without a record kit renders by release; each boundary is where the real parsers change."""
+    facts = recorded_facts(release)
+    version = _version(release)
+    options = frozenset(facts.options())
+    assert versions.all2all_by_flag(version) == versions.all2all_by_flag(version, options)
+    assert versions.uses_device_ids(version, "mp") == versions.uses_device_ids(version, "mp", options)
+    # vLLM's multi-node mp options: from 0.11.1 (issue 24: kit rendered them for older images)
+    assert facts.has_option("--nnodes") == (version >= (0, 11, 1))
+    assert facts.has_option("--data-parallel-hybrid-lb")  # from 0.10.0: in every recording
+
+
+@pytest.mark.parametrize("release", RELEASES)
+def test_silently_replaced_backends_are_what_no_parser_shows(release: str) -> None:
+    """pplx and naive stay among --all2all-backend's choices after vLLM removed them: only the table
+    can refuse them."""
+    choices = recorded_facts(release).choices("--all2all-backend")
+    if choices is None:
+        assert _version(release) < versions.ALL2ALL_FLAG_SINCE
+        return
+    assert set(versions.SILENTLY_REPLACED) <= set(choices)
