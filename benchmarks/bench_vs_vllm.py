@@ -67,7 +67,8 @@ CONTAINER_SRC = "/tmp/kit-bench-src"
 # kit's measurement code, as `kit bench` runs it (warm-up of one request, then the point), with
 # no CLI around it: these modules import only the standard library.
 KIT_MODULES = ("__init__.py", "errors.py", "bench/__init__.py", "bench/dataset.py", "bench/metrics.py",
-               "bench/schedule.py", "bench/runner.py", "bench/client.py", "safeload.py")  # fmt: skip
+               "bench/schedule.py", "bench/runner.py", "bench/client.py", "safeload.py", "safe/__init__.py",
+               "safe/files.py", "safe/text.py", "net/__init__.py", "net/http.py", "net/wire.py")  # fmt: skip
 DRIVER = """
 import json, os, sys
 from pathlib import Path

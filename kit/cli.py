@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import difflib
 import importlib
-import json
+import os
 import sys
+import warnings
 from typing import Any
 
 import click
 
 from kit import __version__
-from kit.errors import ExitCode, KitError, UsageError
+from kit.errors import ExitCode, KitError, OutputLost, UsageError
+from kit.safe import text as safetext
 
 # verb -> (module under kit.commands, one-line help). Order is the order in --help.
 VERBS: dict[str, tuple[str, str]] = {
@@ -93,10 +95,80 @@ def _wants_json(argv: list[str]) -> bool:
     return "--json" in argv
 
 
+def _show_warning(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+    """Library warnings (a secret file others can read) as one `kit: warning:` line."""
+    click.echo(f"kit: warning: {safetext.clean(str(message), newlines=False)}", err=True)
+
+
+def _flush_stdout() -> None:
+    """What kit printed must have arrived: a closed, full or broken stdout is an error (exit 1)."""
+    if sys.stdout is None:
+        return
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError) as exc:
+        from kit.output import output_lost
+
+        raise output_lost(exc) from None
+
+
+def _lost(exc: OSError) -> OutputLost | None:
+    """OutputLost when `exc` came from a write to standard output (click's echo, which is how
+    kit and click print, without err=True), else None."""
+    from kit.output import output_lost
+
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    frame = tb.tb_frame if tb is not None else None
+    if frame is not None and frame.f_code.co_name == "echo" and frame.f_locals.get("err") is False:
+        return output_lost(exc)
+    return None
+
+
+def _drop_stdout() -> None:
+    """After a failed write to stdout, point it at /dev/null so the interpreter's own flush at
+    exit does not print a second error."""
+    real = sys.__stdout__
+    if real is None or sys.stdout is not real:
+        return
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, real.fileno())
+        os.close(fd)
+    except (OSError, ValueError):
+        pass
+
+
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
+    from kit.safeload import LooseSecretFile
+
+    warnings.simplefilter("always", LooseSecretFile)
+    previous, warnings.showwarning = warnings.showwarning, _show_warning
     try:
+        _run(args)
+    finally:
+        warnings.showwarning = previous
+
+
+def _run(args: list[str]) -> None:
+    try:
+        if sys.stdout is None:  # `kit ... >&-`: refused before anything is done, not after
+            raise OutputLost("standard output is closed: kit's output would be lost", hint="run it without >&-")
         cli.main(args=args, prog_name="kit", standalone_mode=False)
+        _flush_stdout()
+    except OutputLost as err:
+        _drop_stdout()
+        _report(err, as_json=False)
+        sys.exit(int(err.exit_code))
+    except OSError as exc:  # a write click made itself (--help) to a broken stdout
+        lost = _lost(exc)
+        if lost is None:
+            raise
+        _drop_stdout()
+        _report(lost, as_json=False)
+        sys.exit(int(lost.exit_code))
     except KitError as err:
         _report(err, as_json=_wants_json(args))
         sys.exit(int(err.exit_code))
@@ -106,7 +178,13 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("kit: interrupted", err=True)
         sys.exit(int(ExitCode.INTERRUPTED))
-    except click.exceptions.Exit as exc:
+    except click.exceptions.Exit as exc:  # --help, --version
+        try:
+            _flush_stdout()
+        except OutputLost as err:
+            _drop_stdout()
+            _report(err, as_json=False)
+            sys.exit(int(err.exit_code))
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
         # One line like kit's own errors (click would print usage lines around it), or one
@@ -121,13 +199,19 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _report(err: KitError, *, as_json: bool) -> None:
+    """The error as one line on stderr (its details under it), or one JSON document on stdout;
+    redacted and terminal-safe either way (a message may quote what a server sent)."""
     if as_json:
         payload: dict[str, Any] = {"ok": False, "error": err.to_dict()}
-        click.echo(json.dumps(payload, indent=2))
-        return
-    line = f"kit: error: {err.message}"
+        try:
+            click.echo(safetext.to_json(payload))
+            _flush_stdout()
+            return
+        except (OSError, ValueError, OutputLost):
+            _drop_stdout()  # the JSON could not be written: say it on stderr instead
+    line = f"kit: error: {safetext.clean(err.message, newlines=False)}"
     if err.hint:
-        line += f" (fix: {err.hint})"
+        line += f" (fix: {safetext.clean(err.hint, newlines=False)})"
     click.echo(line, err=True)
     for detail in err.details:
-        click.echo(f"  | {detail}", err=True)
+        click.echo(f"  | {safetext.clean(detail, newlines=False)}", err=True)

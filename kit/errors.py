@@ -63,7 +63,9 @@ class ConfigError(KitError):
         source: str | None = None,
         hint: str | None = None,
     ):
-        where = ": ".join(p for p in (source, key) if p)
+        # "flag --set model.tp" already names the key: said once, not "flag --set model.tp: model.tp"
+        named = bool(source and key and source.endswith(f" {key}"))
+        where = ": ".join(p for p in (source, None if named else key) if p)
         super().__init__(f"{where}: {message}" if where else message, hint=hint)
         self.key = key
         self.source = source
@@ -102,6 +104,13 @@ class VerifyFailed(KitError):
 
 class ServerError(KitError):
     exit_code = ExitCode.SERVER
+
+
+class OutputLost(KitError):
+    """Standard output is closed or broken (`>&-`, a full disk, a pipe whose reader left): what
+    kit printed did not arrive, so the command failed."""
+
+    exit_code = ExitCode.FAILURE
 
 
 class CommandError(KitError):

@@ -1,17 +1,28 @@
 """Result rendering shared by verbs: a JSON envelope for machines, text for people.
 
-Standard library only (no click), so the layers below the verbs can be imported without the CLI."""
+Standard library only (no click), so the layers below the verbs can be imported without the CLI.
+Everything printed here goes through kit.safe.text (issue 27): the secrets kit knows are
+redacted and control characters a server or a file put into the text are shown as escapes, so
+nothing an outside party wrote can reach the terminal raw; JSON is strict (no NaN/Infinity). A
+closed or broken standard output is an OutputLost error, never a silent success."""
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kit.errors import OutputLost
+from kit.safe import text as safetext
+
 
 def echo(text: str, *, err: bool = False, nl: bool = True) -> None:
+    """Write as it is (callers clean what came from outside: out(), progress())."""
     stream = sys.stderr if err else sys.stdout
+    if stream is None:
+        if err:
+            return  # no stderr: nothing to tell
+        raise OutputLost("standard output is closed: kit's output would be lost", hint="run it without >&-")
     stream.write(text + ("\n" if nl else ""))
     stream.flush()
 
@@ -19,17 +30,31 @@ def echo(text: str, *, err: bool = False, nl: bool = True) -> None:
 def emit(command: str, result: Any, *, as_json: bool, text: str | Callable[[], str]) -> None:
     """Print a command's result: `{"ok": true, "command": ..., "result": ...}` or human text."""
     if as_json:
-        echo(json.dumps({"ok": True, "command": command, "result": result}, indent=2, default=str))
+        out(safetext.to_json({"ok": True, "command": command, "result": result}), raw=True)
         return
     rendered = text() if callable(text) else text
     if rendered:
-        echo(rendered)
+        out(rendered)
+
+
+def out(text: str, *, nl: bool = True, raw: bool = False) -> None:
+    """Write to standard output (cleaned by kit.safe.text unless `raw`: text kit made safe
+    itself); a closed or broken stdout is an OutputLost error, never a silent success."""
+    try:
+        echo(text if raw else safetext.clean(text), nl=nl)
+    except (OSError, ValueError) as exc:
+        raise output_lost(exc) from None
+
+
+def output_lost(exc: BaseException) -> OutputLost:
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "it is closed"
+    return OutputLost(f"cannot write to standard output ({str(why).lower()}): the output was lost")
 
 
 def progress(message: str, *, as_json: bool = False) -> None:
     """One progress line on stderr (never on stdout, so --json output stays parseable)."""
     if not as_json:
-        echo(message, err=True)
+        echo(safetext.clean(message), err=True)
 
 
 def warn(warnings: Sequence[str], *, as_json: bool = False) -> None:
@@ -72,19 +97,19 @@ class LiveLine:
             if force or now - self._last >= 0.1:
                 self._last = now
                 self._shown = True
-                echo("\r\x1b[2K" + text, nl=False, err=True)
+                echo("\r\x1b[2K" + safetext.clean(text, newlines=False), nl=False, err=True)
         elif force or now - self._last >= self.every:
             self._last = now
-            echo(text, err=True)
+            echo(safetext.clean(text, newlines=False), err=True)
 
     def done(self, text: str | None = None) -> None:
         """Finish the line (a final text replaces it)."""
         if self.quiet:
             return
         if self.tty and self._shown:
-            echo("\r\x1b[2K" + (text or ""), nl=bool(text), err=True)
+            echo("\r\x1b[2K" + safetext.clean(text or ""), nl=bool(text), err=True)
         elif text:
-            echo(text, err=True)
+            echo(safetext.clean(text), err=True)
         self._shown = False
 
 

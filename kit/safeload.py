@@ -1,19 +1,27 @@
-"""Loaders for files a user hands kit (kit.yaml, config.json, datasets, saved results): bounded so
-that no input can blow them up (issue 16: a 100,000-deep nesting raised RecursionError, a
-/dev/zero never ended, a YAML alias bomb filled memory). Every failure is one ConfigError naming
-the file (and line when known), exit 3.
+"""Loaders for files a user hands kit (kit.yaml, config.json, datasets, saved results, secret
+files) and for kit's own state files: bounded so that no input can blow them up (issue 16: a
+100,000-deep nesting raised RecursionError, a /dev/zero never ended, a YAML alias bomb filled
+memory). Every failure is one ConfigError naming the file (and line when known), exit 3.
+
+The JSON half and read_text need only the standard library (PyYAML is imported by the YAML
+functions when they run): kit.net.http and the supervise bundle read JSON through them.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import stat
+import warnings
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any
 
 from kit.errors import ConfigError
+from kit.safe import files as safefile
+from kit.safe import text as safetext
+
+if TYPE_CHECKING:
+    import yaml
 
 MAX_DEPTH = 64  # real configs and datasets nest a handful of levels
 MAX_FILE_BYTES = 64 * 1024 * 1024  # a model's config.json is kB; a bench dataset a few MB
@@ -32,6 +40,8 @@ YAML_TAGS = {_TAG + t for t in ("null", "bool", "int", "float", "str", "seq", "m
 def json_depth_ok(text: str, max_depth: int = MAX_DEPTH) -> bool:
     """True when no array/object nests deeper than max_depth (a linear scan that skips strings),
     checked before json.loads, whose recursion is what a deep document breaks."""
+    if text.count("[") + text.count("{") <= max_depth:  # too few brackets to nest that deep
+        return True
     depth = 0
     in_string = escaped = False
     for ch in text:
@@ -75,25 +85,29 @@ def _refuse_constant(name: str) -> Any:
 
 def read_bytes(path: str | Path, *, max_bytes: int = MAX_FILE_BYTES, what: str = "file") -> bytes:
     """A regular file's bytes, at most max_bytes: FIFOs and devices are refused (reading
-    /dev/zero or a pipe would never end)."""
+    /dev/zero or a pipe would never end). The file is opened without blocking and checked on
+    that handle, so nothing swapped in after a check is read."""
     p = Path(path)
     try:
-        st = p.stat()
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
         raise ConfigError(f"cannot read {what}: {exc.strerror}", source=str(p), hint="pass an existing file") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ConfigError(f"{what} is not a regular file", source=str(p), hint="pass a regular file")
-    if st.st_size > max_bytes:
-        raise ConfigError(
-            f"{what} is {st.st_size} bytes, more than the {max_bytes} kit reads",
-            source=str(p),
-            hint="pass a smaller file",
-        )
     try:
-        with p.open("rb") as fh:
-            data = fh.read(max_bytes + 1)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"{what} is not a regular file", source=str(p), hint="pass a regular file")
+        if st.st_size > max_bytes:
+            raise ConfigError(
+                f"{what} is {st.st_size} bytes, more than the {max_bytes} kit reads",
+                source=str(p),
+                hint="pass a smaller file",
+            )
+        os.set_blocking(fd, True)
+        data = _read_fd(fd, max_bytes + 1)
     except OSError as exc:
         raise ConfigError(f"cannot read {what}: {exc.strerror}", source=str(p), hint="check its permissions") from None
+    finally:
+        os.close(fd)
     if len(data) > max_bytes:
         raise ConfigError(f"{what} grew past {max_bytes} bytes while read", source=str(p))
     return data
@@ -107,6 +121,50 @@ def read_text(path: str | Path, *, max_bytes: int = MAX_FILE_BYTES, what: str = 
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise ConfigError(f"{what} is not UTF-8 text", source=f"{path}:{line}", hint="save it as UTF-8") from None
+
+
+def _read_fd(fd: int, limit: int) -> bytes:
+    chunks, size = [], 0
+    while size < limit:
+        piece = os.read(fd, min(1 << 20, limit - size))
+        if not piece:
+            break
+        chunks.append(piece)
+        size += len(piece)
+    return b"".join(chunks)
+
+
+class LooseSecretFile(UserWarning):
+    """A secret file that its group or others can read (kit.cli prints it as one warning line)."""
+
+
+MAX_SECRET_BYTES = 64 * 1024
+
+
+def read_secret(path: str | Path, *, key: str, source: str | None = None) -> str:
+    """The one secret (API key, HF token) in the file `key` names: a regular file of at most
+    64 KiB holding one word. From then on kit.safe.text redacts it from everything kit prints or
+    saves. A file its group or others can read gets a LooseSecretFile warning (chmod 600)."""
+    where = str(Path(path).expanduser())
+    try:
+        text = read_text(where, max_bytes=MAX_SECRET_BYTES, what=f"{key}")
+    except ConfigError as err:
+        raise ConfigError(err.message, key=key, source=source, hint=err.hint or "pass a readable file") from None
+    secret = text.strip()
+    if not secret:
+        raise ConfigError("is empty", key=key, source=source or where, hint="write the secret into the file")
+    if any(c.isspace() for c in secret) or not secret.isprintable():
+        raise ConfigError(
+            "does not hold one token (one word, no spaces)",
+            key=key,
+            source=source or where,
+            hint="write only the secret into the file, on one line",
+        )
+    safetext.register_secret(secret)
+    warning = safefile.loose_secret_warning(where, key)
+    if warning:
+        warnings.warn(LooseSecretFile(warning), stacklevel=2)
+    return secret
 
 
 def load_json_file(
@@ -127,6 +185,8 @@ def compose_yaml(text: str, *, source: str, lines: bool = True) -> yaml.Node | N
     parser's events (the parser keeps an explicit stack) refuses deep nesting and huge documents
     first, because yaml.compose recurses once per level. `lines`: errors name source:LINE (a file;
     not a one-line environment variable)."""
+
+    import yaml
 
     def at(mark: Any) -> str:
         return f"{source}:{_line(mark)}" if lines and mark is not None else source
@@ -172,6 +232,8 @@ def yaml_value(node: yaml.Node, *, source: str, as_text: bool = False) -> Any:
     that contains itself, and tags other than YAML's plain ones. A tagged scalar that does not
     convert (!!int "abc") is one error. With as_text, scalars keep the text the user wrote
     (null stays None): string-valued keys get `01:00` and `no`, not YAML 1.1's 60 and False."""
+    import yaml
+
     _check_expansion(node, source)
     if as_text:
         return _as_text(node)
@@ -192,6 +254,8 @@ def loads_yaml(text: str, *, source: str, as_text: bool = False) -> Any:
 
 
 def _as_text(node: yaml.Node) -> Any:
+    import yaml
+
     if isinstance(node, yaml.ScalarNode):
         return None if node.tag == _TAG + "null" else str(node.value)
     if isinstance(node, yaml.SequenceNode):
@@ -202,6 +266,8 @@ def _as_text(node: yaml.Node) -> Any:
 
 
 def _key_text(node: yaml.Node) -> Any:
+    import yaml
+
     # A non-scalar key ({[a]: b}) stays a list, which the schema check then refuses by type.
     return _as_text(node) if isinstance(node, yaml.ScalarNode) else [_as_text(node)]
 
@@ -210,6 +276,8 @@ def _check_expansion(root: yaml.Node, source: str) -> None:
     """Walk the node graph with memoised sizes: each node is visited once however many aliases
     point at it, and the walk stops as soon as a limit is passed, so the recursion stays within
     MAX_YAML_DEPTH levels and the work within the graph's size."""
+    import yaml
+
     done: dict[int, tuple[int, int]] = {}  # id(node) -> (height, expanded node count)
     active: set[int] = set()
 

@@ -2,20 +2,27 @@
 
 The state folder is $KIT_STATE_DIR, else $XDG_STATE_HOME/kit, else ~/.local/state/kit. Record
 files (images.json: kit/images/records.py; models.json: kit/models/records.py; clusters.json:
-kit/cluster/record.py) map a key to a JSON record; writes are atomic (temp file + rename).
+kit/cluster/record.py) map a key to a JSON record. The folder may be shared by nodes and users
+(issue 27): a record is added or dropped under the file's lock with the file read again
+(kit/safe/files.py), so `kit pull`/`kit fetch` on several nodes at once keep every node's entry;
+the file is replaced by one atomic rename that no planted link redirects, and read through the
+bounded loader (a FIFO or a deeply nested file is one error line, not a hang or a traceback).
 """
 
 from __future__ import annotations
 
 import datetime
-import json
 import os
-import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kit import __version__
-from kit.errors import KitError
+from kit import __version__, safeload
+from kit.errors import ConfigError, KitError
+from kit.safe import files as safefile
+from kit.safe import text as safetext
+
+MAX_RECORD_BYTES = 16 * 1024 * 1024  # thousands of records are a few hundred kB
 
 
 def state_dir() -> Path:
@@ -29,48 +36,47 @@ def state_dir() -> Path:
 
 def read_records(path: Path, what: str, rewritten_by: str) -> dict[str, Any]:
     """One of kit's record files ({} when there is none yet); `what` names it in errors."""
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return {}
-    except (OSError, ValueError) as exc:
-        raise KitError(
-            f"cannot read kit's {what} record {path}: {exc}",
-            hint=f"delete the file ({rewritten_by} rewrites it) or set KIT_STATE_DIR",
-        ) from None
+    try:
+        data = safeload.load_json_file(path, max_bytes=MAX_RECORD_BYTES, what=f"kit's {what} record")
+    except ConfigError as err:
+        raise KitError(err.message, hint=f"delete the file ({rewritten_by} rewrites it) or set KIT_STATE_DIR") from None
     return data if isinstance(data, dict) else {}
 
 
 def write_record(path: Path, key: str, fields: dict[str, Any], what: str, rewritten_by: str) -> dict[str, Any]:
-    """Add (or replace) `key` in a record file, atomically (temp + rename); the record written,
-    stamped with the time and kit's version."""
+    """Add (or replace) `key` in a record file: under its lock, the file read again, then
+    replaced atomically; the record written, stamped with the time and kit's version."""
     record: dict[str, Any] = {
         **fields,
         "recorded_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "kit_version": __version__,
     }
-    _update(path, what, rewritten_by, lambda data: data.__setitem__(key, record))
+
+    def add(data: dict[str, Any]) -> None:
+        data[key] = safetext.strict(record)  # strict JSON, and no secret ever lands in a record
+
+    _update(path, add, what, rewritten_by)
     return record
 
 
 def drop_record(path: Path, key: str, what: str, rewritten_by: str) -> None:
     """Remove `key` from a record file (nothing to do when it is not there)."""
+
+    def drop(data: dict[str, Any]) -> None:
+        data.pop(key, None)
+
     if key in read_records(path, what, rewritten_by):
-        _update(path, what, rewritten_by, lambda data: data.pop(key, None))
+        _update(path, drop, what, rewritten_by)
 
 
-def _update(path: Path, what: str, rewritten_by: str, change: Any) -> None:
+def _update(path: Path, change: Callable[[dict[str, Any]], None], what: str, rewritten_by: str) -> None:
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = read_records(path, what, rewritten_by)
-        change(data)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".json", dir=path.parent)
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=2, sort_keys=True)
-            handle.write("\n")
-        os.replace(tmp, path)
-    except OSError as exc:
+        safefile.update_json(path, change, read=lambda p: read_records(p, what, rewritten_by))
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise KitError(
-            f"cannot write kit's {what} record {path}: {exc.strerror or exc}",
+            f"cannot write kit's {what} record {path}: {why}",
             hint="set KIT_STATE_DIR to a writable folder",
         ) from None

@@ -9,6 +9,8 @@ Fixtures (request them by name):
 Plain helpers (import them from tests.conftest; they need no fixture):
 - make_config(**overrides): a valid two-node KitConfig, the base of the planner tests
 - run_kit(args): `kit ARGS` in-process through kit.cli.main -> (exit code, stdout, stderr)
+- write_secret(path, text): a secret file (API key, token) as users should keep one, mode 600
+  (kit warns about one others can read)
 - FakeRuntime: kit.runtime.base.Runtime over a fixed list of nodes, exec answered by a function
 - ROOT, GOLDEN, PRODUCT_VERBS, shellcheck_bin()
 """
@@ -67,7 +69,7 @@ def golden(request: pytest.FixtureRequest) -> Callable[[str, str], None]:
     def check(name: str, text: str) -> None:
         path = GOLDEN / name
         # The image probe a launcher carries (issue 24) is kit's own code, tested on its own
-        # (tests/unit/test_image_facts.py): goldens show where it goes, not its bytes.
+        # (tests/unit/test_image_facts_record.py): goldens show where it goes, not its bytes.
         from kit.images.facts import packed_probe
 
         text = text.replace(packed_probe(), "<kit image probe: kit/images/vllm_probe.py, gzip+base64>")
@@ -131,6 +133,13 @@ def run_kit(args: Sequence[str]) -> tuple[int, str, str]:
         main(list(args))
     code = exc.value.code
     return (code if isinstance(code, int) else 0 if code is None else 1), out.getvalue(), err.getvalue()
+
+
+def write_secret(path: Path, text: str) -> Path:
+    """A secret file of mode 600 (kit warns, one line on stderr, about a key others can read)."""
+    path.write_text(text)
+    path.chmod(0o600)
+    return path
 
 
 @pytest.fixture

@@ -14,7 +14,9 @@ from kit.bench.dataset import Prompt
 from kit.bench.runner import BUDGET_STOP, Runner, Target
 from kit.bench.schedule import LoadPoint
 from kit.errors import ServerError
+from kit.net import http
 from kit.output import LiveLine, bar
+from kit.safe import text as safetext
 
 
 @dataclass(frozen=True)
@@ -48,17 +50,19 @@ def interrupt_on_sigterm() -> None:
 
 
 def server_version(base_url: str, key: str | None, timeout: float = 5) -> str | None:
-    """vLLM's GET /version ({"version": "0.32.0"}), None when the server has no such route."""
-    import requests
-
+    """vLLM's GET /version ({"version": "0.32.0"}), None when the server has no such route or
+    answers anything else (bounded like every request kit sends: kit/net/http.py)."""
     if timeout <= 0:
         return None
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    limits = http.DEFAULT.but(total_s=timeout, connect_s=min(timeout, 10.0), body_bytes=64 * 1024)
     try:
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        resp = requests.get(f"{base_url}/version", headers=headers, timeout=timeout)
-        return str(resp.json().get("version")) if resp.status_code == 200 else None
-    except (requests.exceptions.RequestException, ValueError, AttributeError):
+        resp = http.request("GET", f"{base_url}/version", headers=headers, limits=limits)
+        doc = resp.json() if resp.status == 200 else None
+    except ServerError:
         return None
+    version = doc.get("version") if isinstance(doc, dict) else None
+    return safetext.one_line(version, 80) if isinstance(version, str) and version else None
 
 
 def warm_up(runner: Runner, prompts: Sequence[Prompt], count: int) -> str | None:

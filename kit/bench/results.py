@@ -4,16 +4,15 @@ the cluster's plan, versions and image digest; saving, loading, rendering and co
 from __future__ import annotations
 
 import datetime
-import json
 import math
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from kit import __version__, safeload
 from kit.errors import ConfigError, KitError
+from kit.safe import files as safefile
+from kit.safe import text as safetext
 
 KIND = "kit-bench"
 SCHEMA_VERSION = 1
@@ -71,25 +70,17 @@ def default_path(state_dir: Path, label: str) -> Path:
 
 
 def save(doc: dict[str, Any], path: Path) -> Path:
-    """Atomic write (temp file + rename): a Ctrl-C never leaves half a document."""
+    """Atomic write (kit.safe.files: temp file + rename, no link followed): a Ctrl-C never leaves
+    half a document. Strict JSON (NaN and Infinity as null) with every secret kit knows
+    redacted, whatever a server echoed into an error: results files get shared."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".bench.", suffix=".json", dir=path.parent)
-        with os.fdopen(fd, "w") as handle:
-            json.dump(doc, handle, indent=1, default=_json_default)
-            handle.write("\n")
-        os.replace(tmp, path)
+        safefile.write_atomic(path, safetext.to_json(doc, indent=1) + "\n")
     except OSError as exc:
         raise KitError(
             f"cannot write the results to {path}: {exc.strerror or exc}", hint="pass --output to a writable path"
         ) from None
     return path
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, float) and math.isinf(value):
-        return None
-    return str(value)
 
 
 def load(path: Path, flag: str = "--compare") -> dict[str, Any]:

@@ -15,7 +15,6 @@ streams still open then are cut.
 from __future__ import annotations
 
 import asyncio
-import codecs
 import gc
 import json
 import threading
@@ -24,10 +23,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kit.bench.client import Connection, ConnectionLost, Endpoint, Pool, ResponseParser, new_event_loop
+from kit import safeload
+from kit.bench.client import (
+    LIMITS,
+    Connection,
+    ConnectionLost,
+    Endpoint,
+    Pool,
+    ProtocolError,
+    ResponseParser,
+    new_event_loop,
+)
 from kit.bench.dataset import Prompt
 from kit.bench.metrics import RequestRecord
 from kit.bench.schedule import LoadPoint, arrivals
+from kit.safe import text as safetext
 
 # Requests in flight at once, one connection each (a file descriptor at both ends): kit bench
 # refuses loads that would need more (build_load) rather than cap them silently and record a
@@ -35,6 +45,9 @@ from kit.bench.schedule import LoadPoint, arrivals
 MAX_IN_FLIGHT = 256
 BUDGET_STOP = "the time budget ran out"
 ERROR_TEXT = 4096  # what is kept of an error answer's body
+# A stream carries one chunk with choices per token, and the role chunk: these many more are let
+# through before a stream counts as endless (it is cut there and the request fails).
+EXTRA_CHUNKS = 16
 Progress = Callable[[int, int, int], None]  # (finished, failed, total)
 
 
@@ -62,25 +75,32 @@ class PointRun:
 
 
 class SSEBuffer:
-    """Split a byte stream into SSE messages (blank-line separated), as vLLM's client does."""
+    """Split a byte stream into SSE messages (blank-line separated), as vLLM's client does; a
+    message longer than `max_event` bytes (one line that never ends) is a ProtocolError, so the
+    buffer never grows past it."""
 
-    def __init__(self) -> None:
-        self.buffer = ""
-        self._decoder = codecs.getincrementaldecoder("utf-8")()
+    def __init__(self, max_event: int = LIMITS.line_bytes) -> None:
+        self.max_event = max_event
+        self._buf = b""
 
     def add(self, chunk: bytes) -> list[str]:
-        self.buffer += self._decoder.decode(chunk)
+        buf = self._buf + chunk if self._buf else chunk
         out: list[str] = []
-        while "\n\n" in self.buffer:
-            message, self.buffer = self.buffer.split("\n\n", 1)
-            if message.strip():
-                out.append(message.strip())
+        start = 0
+        while (at := buf.find(b"\n\n", start)) >= 0:
+            message = buf[start:at].strip()
+            if message:
+                out.append(message.decode("utf-8"))  # not UTF-8: a ValueError, the request fails
+            start = at + 2
+        self._buf = buf[start:]
+        if len(self._buf) > self.max_event:
+            raise ProtocolError(f"sent an event over {self.max_event} bytes")
         return out
 
     def rest(self) -> list[str]:
-        tail = self.buffer.strip()
-        self.buffer = ""
-        return [tail] if tail else []
+        tail = self._buf.strip()
+        self._buf = b""
+        return [tail.decode("utf-8")] if tail else []
 
 
 def request_body(target: Target, prompt: Prompt) -> dict[str, Any]:
@@ -107,8 +127,12 @@ def apply_message(record: RequestRecord, message: str, now: float, last: float) 
     data = message.removeprefix("data:").strip()
     if data == "[DONE]":
         return last
-    event = json.loads(data)
+    event = _event(data)
     if event.get("choices"):
+        if record.chunks >= record.expected_output_tokens + EXTRA_CHUNKS:
+            raise ProtocolError(
+                f"sent more than {record.expected_output_tokens} tokens (the request asked for that many)"
+            )
         if record.chunks == 0:
             record.ttft = now - record.start
         else:
@@ -117,9 +141,32 @@ def apply_message(record: RequestRecord, message: str, now: float, last: float) 
         return now
     usage = event.get("usage")
     if usage:
-        record.output_tokens = usage.get("completion_tokens")
-        record.prompt_tokens = usage.get("prompt_tokens")
+        if not isinstance(usage, dict):
+            raise ProtocolError("sent a usage field that is not an object")
+        record.output_tokens = _count(usage.get("completion_tokens"), "completion_tokens")
+        record.prompt_tokens = _count(usage.get("prompt_tokens"), "prompt_tokens")
     return last
+
+
+def _event(data: str) -> dict[str, Any]:
+    """One event's JSON: an object, at most safeload.MAX_DEPTH deep, no NaN (ValueError else)."""
+    if not safeload.json_depth_ok(data):
+        raise ProtocolError(f"sent an event nested deeper than {safeload.MAX_DEPTH} levels")
+    try:
+        event = json.loads(data)
+    except RecursionError:
+        raise ProtocolError("sent an event nested too deep") from None
+    if not isinstance(event, dict):
+        raise ProtocolError("sent an event that is not a JSON object")
+    return event
+
+
+def _count(value: Any, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ProtocolError(f"sent usage.{name} that is not a token count")
+    return value
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
@@ -137,8 +184,10 @@ def describe(exc: BaseException, phase: str) -> str:
         return "connection reset"
     if isinstance(exc, ConnectionLost):
         return str(exc)
-    text = (exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)).replace("\n", " ")
-    return f"{type(exc).__name__}: {text[:160]}"
+    text = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    if isinstance(exc, ProtocolError):
+        return f"the server {safetext.one_line(text, 160)}"
+    return f"{type(exc).__name__}: {safetext.one_line(text, 160)}"
 
 
 def server_gone(exc: BaseException, phase: str) -> bool:
@@ -307,7 +356,7 @@ class Runner:
         # Waiting for the answer ends at the deadline too (the stream itself is cut by stop()).
         timeout = self.target.timeout_s if left is None else max(min(self.target.timeout_s, left), 0.001)
         phase = "connecting"
-        parser = ResponseParser()
+        parser = ResponseParser(LIMITS)
         conn = None
         record.start = time.perf_counter()
         try:
@@ -341,13 +390,16 @@ class Runner:
         error_body = bytearray()
         last = now = record.start
         finished = False  # saw [DONE]: a stream that ended by itself, not one stop() cut
-        while not parser.done:
-            piece = await conn.receive()
-            if piece is None:
-                body = parser.end()  # raises when the answer was cut short
+        while not parser.done or parser.pending:
+            if parser.pending:  # a compressed body, inflated a step at a time (kit/net/wire.py)
+                body = parser.drain()
             else:
-                now, raw = piece
-                body = parser.feed(raw)
+                piece = await conn.receive()
+                if piece is None:
+                    body = parser.end()  # raises when the answer was cut short
+                else:
+                    now, raw = piece
+                    body = parser.feed(raw)
             if parser.status is None:
                 continue
             if parser.status != 200:
@@ -358,7 +410,7 @@ class Runner:
                 finished = finished or is_done(message)
         record.status = parser.status
         if parser.status != 200:
-            text = codecs.decode(bytes(error_body), "utf-8", "replace").strip().replace("\n", " ")[:160]
+            text = safetext.one_line(bytes(error_body).decode("utf-8", "replace"), 160)
             record.error = f"HTTP {parser.status}" + (f": {text}" if text else "")
             if parser.status == 401:
                 self._stop("the server answered 401 Unauthorized")

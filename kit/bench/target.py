@@ -32,7 +32,7 @@ def resolve_target(
     key = client.read_key(key_file)
     source = "flag --api-key-file" if api_key_file else operated.sources["api_key_file"]
     with key_hint(None if url else cluster.name, key_file, source):
-        models = client.list_models(base, key)
+        models = client.list_models(base, key, timeout=min(timeout_s, 60.0))
     name = model or (models[0]["id"] if models else config.served_name)
     return Target(base_url=base, model=name, api_key=key, ignore_eos=ignore_eos, timeout_s=timeout_s), key
 

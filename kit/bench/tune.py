@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kit import safeload
 from kit.errors import ConfigError
 from kit.layout import Layout
 from kit.plan.layout import ModelFacts
@@ -83,9 +84,11 @@ def state_key(parts: dict[str, Any]) -> str:
 
 
 def load_state(path: Path, key: str) -> dict[str, Any]:
+    """kit tune's saved state ({} of layouts when there is none, or it is unreadable: a FIFO or
+    a deeply nested file in the state folder is read through the bounded loader)."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = safeload.load_json_file(path, what="kit tune state")
+    except ConfigError:
         return {"key": key, "layouts": {}}
     if not isinstance(data, dict) or data.get("key") != key or not isinstance(data.get("layouts"), dict):
         return {"key": key, "layouts": {}}

@@ -17,6 +17,7 @@ from kit.images.records import record_image
 from kit.images.vllm_releases import recorded_version
 from kit.output import echo, is_tty, progress
 from kit.runtime.base import BuildPlan, BuildResult, ImageStore, Progress, PullPlan, PullResult
+from kit.safe.text import clean
 
 
 class _Printer:
@@ -59,7 +60,7 @@ class _Printer:
             self._summary = event.summary
             if now - self._last >= 0.2:
                 self._last = now
-                echo("\r\x1b[2K" + event.summary, nl=False, err=True)
+                echo("\r\x1b[2K" + clean(event.summary, newlines=False), nl=False, err=True)
 
     def ticking(self) -> threading.Thread:
         """A thread that says a quiet build step is still running (issue 24), until finish()."""
@@ -79,7 +80,7 @@ class _Printer:
         """End the terminal's updating line with the last summary."""
         self._stop.set()
         if self.tty and self._last and self._summary and not self.as_json:
-            echo("\r\x1b[2K" + self._summary, err=True)
+            echo("\r\x1b[2K" + clean(self._summary, newlines=False), err=True)
 
 
 def pull_image(store: ImageStore, plan: PullPlan, *, as_json: bool) -> PullResult:

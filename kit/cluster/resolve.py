@@ -16,14 +16,14 @@ each of its layouts without reading the files again.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kit import validate
+from kit import safeload, validate
 from kit.config import KitConfig, Resolved, build, coerce, load_config
 from kit.config.schema import SCHEMA
 from kit.errors import ConfigError, KitError
@@ -32,6 +32,8 @@ from kit.images.vllm_releases import parse_version
 from kit.layout import Layout
 from kit.plan.layout import ModelFacts, plan_layout
 from kit.plan.node import local_model_dir
+from kit.safe import files as safefile
+from kit.safeload import LooseSecretFile
 
 Overrides = Mapping[str, tuple[Any, str]]  # dotted key -> (value, where it came from)
 
@@ -250,8 +252,8 @@ def _raw_facts(path: Path, data: Mapping[str, Any] | None = None) -> ModelFacts 
     """Head counts straight from a config.json kit.sizing refused (or could not read)."""
     if data is None:
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
+            data = safeload.load_json_file(path, what="config.json")
+        except ConfigError:
             return None
     if not isinstance(data, Mapping):
         return None
@@ -278,7 +280,8 @@ def check_plan(resolution: Resolution) -> None:
 
 def check_secret_files(config: KitConfig, sources: Mapping[str, str]) -> None:
     """Secret files must be regular files this user can read (the container runtime reads them
-    as this user: Apptainer binds them, Docker mounts them); kit never reads their content here."""
+    as this user: Apptainer binds them, Docker mounts them); kit never reads their content here.
+    One its group or others can read gets a warning naming the file and the chmod."""
     for key in ("hf_token_file", "api_key_file", "ray_token_file"):
         path = getattr(config, key)
         if not path:
@@ -289,6 +292,9 @@ def check_secret_files(config: KitConfig, sources: Mapping[str, str]) -> None:
             raise ConfigError(
                 exc.message, key=key, source=sources.get(key), hint="create the file (mode 600) or unset the key"
             ) from None
+        loose = safefile.loose_secret_warning(path, key)
+        if loose:
+            warnings.warn(LooseSecretFile(loose), stacklevel=2)
 
 
 def check_mounts(config: KitConfig, sources: Mapping[str, str]) -> None:

@@ -45,6 +45,9 @@ class KitCommand(click.Command):
                 continue
             value = ctx.params.get(name)
             for item in value if isinstance(value, (tuple, list)) else (value,):
+                if name == "set_values" and isinstance(item, str) and "=" in item:
+                    check_set(param, item)
+                    continue
                 check_value(param, item, free_text=name in self.free_text, dash_ok=name in self.dash_ok)
         return rest
 
@@ -55,9 +58,22 @@ class KitGroup(click.Group):
     command_class = KitCommand
 
 
-def check_value(param: click.Parameter, value: Any, *, free_text: bool = False, dash_ok: bool = False) -> None:
+def check_set(param: click.Parameter, item: str) -> None:
+    """`--set KEY=VALUE`: the value is checked as the key's value (a bad one is reported against
+    `--set KEY`, at its place in VALUE), the key by the config loader (an unknown one by name)."""
+    key, _, raw = item.partition("=")
+    label = f"--set {key}" if validate.RULES["name"].limit >= len(key) and key.isprintable() else "--set"
+    try:
+        validate.text(raw, "value", dash=True) if raw else None
+    except validate.Invalid as exc:
+        raise ConfigError(exc.message, key=label, hint=exc.hint) from None
+
+
+def check_value(
+    param: click.Parameter, value: Any, *, free_text: bool = False, dash_ok: bool = False, flag: str | None = None
+) -> None:
     """One parsed value of a flag or argument (None: not given)."""
-    flag = flag_name(param)
+    flag = flag or flag_name(param)
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"{value} is not a finite number", key=flag, hint=f"pass a finite number to {flag}")
     if not isinstance(value, (str, Path)):

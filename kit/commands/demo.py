@@ -25,7 +25,7 @@ from kit.demo import (
     prepare,
     run,
 )
-from kit.output import emit, progress
+from kit.output import emit, out, progress
 from kit.runtime.docker import DockerRuntime
 
 
@@ -94,7 +94,7 @@ def command(
     )
     demo = Cluster.load(None, overrides, environ={}, cwd=Path("/nonexistent"), runtime=rt)
     result: dict[str, Any] = {"cluster": demo.config.cluster, **{k: prepared[k] for k in STATES}}
-    show = (lambda _: None) if as_json else click.echo
+    show = (lambda _: None) if as_json else out
     result.update(run(demo, prompt, max_tokens, keep=keep, gpus=gpus, say=say, show=show))
     result["api_key_file"] = demo.config.api_key_file  # where the key is, never the key (issue 25)
     if keep:

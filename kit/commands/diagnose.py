@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 from typing import Any
 
@@ -20,6 +22,8 @@ def diagnose_files(paths: list[str]) -> dict[str, Diagnosis]:
     for path in paths:
         if path != "-":
             readable(path, "LOGFILE")
+    if "-" in paths:
+        check_stdin()
     results = {}
     for path in paths:
         if path == "-":
@@ -33,6 +37,26 @@ def diagnose_files(paths: list[str]) -> dict[str, Diagnosis]:
 
 
 STDIN = "/dev/stdin"  # the key `-` is reported under
+
+
+def check_stdin() -> None:
+    """`-` reads standard input: a pipe, a file or a terminal, but not a device like /dev/zero
+    (it never ends; the same file given as a path is refused by `readable`)."""
+    if sys.stdin is None:
+        raise ConfigError("standard input is closed", key="LOGFILE", hint="pipe a log into `kit diagnose -`")
+    try:
+        st = os.fstat(sys.stdin.fileno())
+    except (OSError, ValueError):
+        return  # not a file descriptor (a stream in memory): nothing to refuse
+    mode = st.st_mode
+    if stat.S_ISCHR(mode) and st.st_rdev == os.stat(os.devnull).st_rdev:
+        return  # /dev/null: an empty log
+    if (stat.S_ISCHR(mode) or stat.S_ISBLK(mode)) and not sys.stdin.isatty():
+        raise ConfigError(
+            "standard input is a device (like /dev/zero), not a log: it would be read for ever",
+            key="LOGFILE",
+            hint="pipe a log file into `kit diagnose -`, or pass its path",
+        )
 
 
 def transport_line(t: TransportSummary) -> str:

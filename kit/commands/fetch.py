@@ -7,7 +7,6 @@ offline check must pass before the revision is recorded as complete.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -18,7 +17,7 @@ import click
 
 from kit.cluster.resolve import load_settings
 from kit.commands._options import cluster_overrides, config_options, json_option
-from kit.commands._params import KitCommand
+from kit.commands._params import KitCommand, Number
 from kit.config import KitConfig
 from kit.errors import ConfigError, VerifyFailed
 from kit.models.fetch import (
@@ -39,7 +38,9 @@ from kit.models.fetch import (
 from kit.models.hub import Hub, NoSpace, Progress, endpoint_from_env, write_error
 from kit.models.records import models_file, record_model
 from kit.output import LiveLine, bar, emit, human_bytes, table
-from kit.safeload import read_text
+from kit.safe import files as safefile
+from kit.safe import text as safetext
+from kit.safeload import read_secret
 
 HELP = """Download a model once into the shared HF cache (or --local-dir) and check it is complete.
 
@@ -74,6 +75,13 @@ unreachable or failed; 130 interrupted (run it again to resume).
 @click.option("--dry-run", is_flag=True, help="Print the files and sizes it would fetch; download nothing.")
 @click.option("--check", "check_only", is_flag=True, help="Only check the local copy (offline); exit 7 if incomplete.")
 @click.option("--workers", type=click.IntRange(1, 64), default=8, show_default=True, help="Files downloaded at once.")
+@click.option(
+    "--timeout",
+    type=Number(1, 7 * 86400),
+    default=600,
+    show_default=True,
+    help="Seconds one request to the Hub may take; a file that takes longer continues with the next request.",
+)
 @config_options
 @json_option
 def command(
@@ -83,6 +91,7 @@ def command(
     dry_run: bool,
     check_only: bool,
     workers: int,
+    timeout: float,
     config_path: str | None,
     cluster: str | None,
     set_values: tuple[str, ...],
@@ -104,7 +113,7 @@ def command(
             "fetch", result, as_json=as_json, text=lambda: f"{repo}@{revision}: {result['summary']}\n  {result['path']}"
         )
         return
-    hub = Hub(endpoint_from_env(), read_token(config, resolved.sources))
+    hub = Hub(endpoint_from_env(), read_token(config, resolved.sources), timeout=min(timeout, 60.0), transfer_s=timeout)
 
     def layout_for(sha: str) -> DiskLayout:
         return DiskLayout.folder(target, repo, sha) if target else DiskLayout.cache(hub_dir, repo, sha)
@@ -114,19 +123,11 @@ def command(
 
 
 def read_token(config: KitConfig, sources: Mapping[str, str]) -> str | None:
-    """The token in hf_token_file (one line), or None without the key. Never logged."""
+    """The token in hf_token_file (one word), or None without the key. Never logged: redacted
+    from everything kit prints from then on."""
     if not config.hf_token_file:
         return None
-    text = read_text(config.hf_token_file, max_bytes=4096, what="hf_token_file")
-    token = text.strip()
-    if not token or any(c.isspace() or not c.isprintable() for c in token):
-        raise ConfigError(
-            "does not hold one token (one line, no spaces)",
-            key="hf_token_file",
-            source=sources.get("hf_token_file"),
-            hint="write only the token into the file",
-        )
-    return token
+    return read_secret(config.hf_token_file, key="hf_token_file", source=sources.get("hf_token_file"))
 
 
 def fetch_model(
@@ -170,7 +171,7 @@ def fetch_model(
             f"{repo}@{plan.sha[:12]} needs {human_bytes(need)} more and {layout.root} has {human_bytes(free)} free",
             hint="free space or choose another hf_cache / --local-dir",
         )
-    manifest = Manifest.of(plan, hub.endpoint)
+    manifest = Manifest.of(plan, safetext.redact_url(hub.endpoint))
     _prepare(plan, layout, on_disk.done, manifest)
     record_model(repo, revision, sha=plan.sha, path=str(layout.snapshot), complete=False, bytes=plan.total)
     progress = Progress(total=plan.total, files=len(plan.files))
@@ -256,10 +257,8 @@ def _prepare(plan: FetchPlan, layout: DiskLayout, done: frozenset[str], manifest
                 if f.path not in done and layout.final(f).exists():
                     layout.final(f).unlink()
         path = layout.manifest
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps(manifest.to_dict(), indent=2) + "\n")
-        os.replace(tmp, path)
+        safefile.make_dirs(path.parent, layout.root)
+        safefile.write_atomic(path, safetext.to_json(manifest.to_dict()) + "\n")
     except OSError as err:
         raise write_error(err, layout.root, "the manifest") from None
 
@@ -271,10 +270,8 @@ def _write_ref(layout: DiskLayout, revision: str, sha: str) -> None:
     if ref is None or SHA_RE.fullmatch(revision):
         return
     try:
-        ref.parent.mkdir(parents=True, exist_ok=True)
-        tmp = ref.with_name(f".{ref.name}.kit-tmp")
-        tmp.write_text(sha)
-        os.replace(tmp, ref)
+        safefile.make_dirs(ref.parent, layout.root)
+        safefile.write_atomic(ref, sha)
     except OSError as err:
         raise write_error(err, ref.parent, f"refs/{revision}") from None
 

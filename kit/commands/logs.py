@@ -11,7 +11,7 @@ from kit.commands._options import cluster_overrides, config_options
 from kit.commands._params import Count, KitCommand
 from kit.commands._signals import sigterm_as_interrupt
 from kit.errors import ConfigError, NotFound
-from kit.output import progress
+from kit.output import out, progress
 from kit.plan.scripts import SERVE_LOG
 from kit.runtime.base import ContainerRuntime, NodeHandle
 
@@ -61,10 +61,10 @@ def command(
             _serve_log(runtime, node, tail, follow=follow)
         elif follow:
             for chunk in runtime.follow_logs(node.name, tail=n_tail):
-                click.echo(chunk, nl=False)
+                out(chunk, nl=False, raw=True)
         else:
             text = runtime.logs(node.name, tail=n_tail)
-            click.echo(text, nl=False)
+            out(text, nl=False, raw=True)
             if not text:
                 progress(f"{node.name} has printed nothing ({node.state})")
 
@@ -75,7 +75,7 @@ def _events(found: Cluster, runtime: ContainerRuntime, head: NodeHandle, tail: i
 
     text = events_text(runtime, head, tail)
     if text:
-        click.echo(text, nl=False)
+        out(text, nl=False)
         return
     if read_state(runtime, head) is None:
         progress(
@@ -92,7 +92,7 @@ def _serve_log(runtime: ContainerRuntime, node: NodeHandle, tail: str, *, follow
     if result.returncode != 0:
         progress(f"no server log in {node.name}: `kit serve` has not run there since it started")
         return
-    click.echo(result.stdout, nl=False)
+    out(result.stdout, nl=False, raw=True)
     if follow:
         _follow_file(runtime, node, result.stdout.count("\n") if tail == "all" else None)
 
@@ -107,7 +107,7 @@ def _follow_file(runtime: ContainerRuntime, node: NodeHandle, seen: int | None) 
         total = runtime.exec(node, ["bash", "-c", f"wc -l < {SERVE_LOG}"], timeout=30).stdout.strip()
         if total.isdigit() and int(total) < seen:
             seen = 0  # a new run's log
-        out = runtime.exec(node, ["tail", "-n", f"+{seen + 1}", SERVE_LOG], timeout=30).stdout
-        if out:
-            click.echo(out, nl=False)
-            seen += out.count("\n")
+        text = runtime.exec(node, ["tail", "-n", f"+{seen + 1}", SERVE_LOG], timeout=30).stdout
+        if text:
+            out(text, nl=False, raw=True)
+            seen += text.count("\n")

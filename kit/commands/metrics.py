@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -17,14 +15,15 @@ import click
 from kit import validate
 from kit.cluster import Cluster
 from kit.commands._options import cluster_overrides, config_options, json_option
-from kit.commands._params import KitCommand
+from kit.commands._params import KitCommand, Number
 from kit.config import KitConfig
 from kit.errors import ConfigError
 from kit.health import observe
 from kit.health import prometheus as metrics
 from kit.health.liveness import plan_engines
-from kit.output import emit, table, warn
+from kit.output import emit, out, table, warn
 from kit.runtime.base import NodeHandle
+from kit.safe import files as safefile
 
 
 def _finite_interval(ctx: click.Context, param: click.Parameter, value: float) -> float:
@@ -44,6 +43,13 @@ def _finite_interval(ctx: click.Context, param: click.Parameter, value: float) -
     help="Seconds between the two scrapes the rates come from.",
 )
 @click.option(
+    "--timeout",
+    type=Number(0, 600, above=True),
+    default=10.0,
+    show_default=True,
+    help="Seconds each request to the server may take (kit ends within this plus a few seconds).",
+)
+@click.option(
     "--prometheus",
     "prometheus_file",
     metavar="FILE",
@@ -54,6 +60,7 @@ def _finite_interval(ctx: click.Context, param: click.Parameter, value: float) -
 def command(
     url: str | None,
     interval: float,
+    timeout: float,
     prometheus_file: str | None,
     config_path: str | None,
     cluster: str | None,
@@ -88,7 +95,7 @@ def command(
         _write_targets(config, nodes, prometheus_file, as_json=as_json)
         return
     base = (url or served.url(nodes)).rstrip("/")
-    result = top(base, config, interval)
+    result = top(base, config, interval, deadline_s=timeout)
     emit("metrics", result, as_json=as_json, text=lambda: render(result))
 
 
@@ -99,12 +106,12 @@ def _writable(path: str) -> None:
         raise ConfigError(exc.message, key="--prometheus", hint=exc.hint) from None
 
 
-def top(base: str, config: KitConfig, interval: float) -> dict[str, Any]:
+def top(base: str, config: KitConfig, interval: float, *, deadline_s: float = 10.0) -> dict[str, Any]:
     """Two scrapes `interval` apart and the per-engine rates between them, with each engine's
-    node rank from the plan."""
-    t0, first = time.monotonic(), observe.scrape(base)
+    node rank from the plan; each request bounded by deadline_s."""
+    t0, first = time.monotonic(), observe.scrape(base, deadline_s=deadline_s)
     time.sleep(interval)
-    t1, second = time.monotonic(), observe.scrape(base)
+    t1, second = time.monotonic(), observe.scrape(base, deadline_s=deadline_s)
     planned = plan_engines(config.dp, config.dp_local, config.backend)
     rows = []
     for engine, rates in metrics.rates(t0, first, t1, second).items():
@@ -113,7 +120,7 @@ def top(base: str, config: KitConfig, interval: float) -> dict[str, Any]:
     return {
         "url": base,
         "interval_s": round(t1 - t0, 3),
-        "health": observe.health_error(base) or "ok",
+        "health": observe.health_error(base, deadline_s=deadline_s) or "ok",
         "engines": rows,
         "missing": [{"engine": e, "node_rank": rank} for e, rank in planned.items() if e not in seen],
     }
@@ -185,7 +192,7 @@ def _write_targets(config: KitConfig, nodes: list[NodeHandle], path: str, *, as_
     )
     text = json.dumps(groups, indent=2) + "\n"
     if path == "-":
-        click.echo(text, nl=False)
+        out(text, nl=False, raw=True)
         return
     _write_atomically(Path(path), text)
     result = {"file": path, "targets": groups}
@@ -199,20 +206,10 @@ def _write_targets(config: KitConfig, nodes: list[NodeHandle], path: str, *, as_
 
 
 def _write_atomically(path: Path, text: str) -> None:
-    """The whole file or nothing: Prometheus re-reads file_sd files when they change."""
+    """The whole file or nothing (kit.safe.files): Prometheus re-reads file_sd files when they change."""
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        safefile.write_atomic(path, text, mode=0o644)
     except OSError as exc:
-        raise ConfigError(
-            f"cannot write {path}: {exc.strerror}", source="flag --prometheus", hint="pass a writable folder"
-        ) from None
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
         raise ConfigError(
             f"cannot write {path}: {exc.strerror}", source="flag --prometheus", hint="pass a writable file path"
         ) from None

@@ -14,8 +14,9 @@ from kit.commands._options import cluster_overrides, config_options, json_option
 from kit.commands._params import Count, KitCommand, Number, Url, readable
 from kit.errors import UsageError
 from kit.net import openai as client
-from kit.output import emit, warn
+from kit.output import emit, out, warn
 from kit.render import shell_words
+from kit.safe import text as safetext
 
 
 def tunnel_argv(
@@ -60,6 +61,13 @@ def tunnel_hint(url: str, login_host: str | None, user: str | None = None, *, ss
 @click.option("--max-tokens", type=Count(1, 10_000_000), default=32, show_default=True)
 @click.option("--temperature", type=Number(0), default=0.0, show_default=True)
 @click.option("--stream", is_flag=True, help="Stream the answer as it is generated.")
+@click.option(
+    "--timeout",
+    type=Number(0, 7 * 86400, above=True),
+    default=300,
+    show_default=True,
+    help="Seconds each request may take, answer included (kit ends within this plus a few seconds).",
+)
 @click.option("--tunnel-hint", "tunnel", is_flag=True, help="Only print the SSH port-forward to reach the server.")
 @click.option("--login-host", help="[USER@]HOST of the login node for --tunnel-hint (config: tunnel.login_host).")
 @click.option("--ssh-port", type=Count(1, 65535), help="Its SSH port (config: tunnel.ssh_port).")
@@ -75,6 +83,7 @@ def command(
     max_tokens: int,
     temperature: float,
     stream: bool,
+    timeout: float,
     tunnel: bool,
     login_host: str | None,
     ssh_port: int | None,
@@ -120,14 +129,15 @@ def command(
         key_file,
         "flag --api-key-file" if api_key_file else operated.sources["api_key_file"],
     ):
-        models = client.list_models(base, key)
+        models = client.list_models(base, key, timeout=timeout)
     name = model or (models[0]["id"] if models else config.served_name)
-    streamed: list[str] = []
+    # What the server streams is printed as it comes, secrets and control characters out (a
+    # secret cut between two pieces too: the redactor holds back a few characters).
+    shown = safetext.StreamRedactor()
 
     def show(delta: str) -> None:
         if not as_json:
-            click.echo(delta, nl=False)
-        streamed.append(delta)
+            out(shown.feed(delta), nl=False, raw=True)  # the redactor made it safe
 
     answer = client.chat(
         base,
@@ -138,6 +148,7 @@ def command(
         temperature=temperature,
         stream=stream,
         on_text=show,
+        timeout=timeout,
         system=system,
         image=picture,
     )
@@ -156,17 +167,21 @@ def command(
         "tokens_per_s": None if answer.tokens_per_s is None else round(answer.tokens_per_s, 1),
     }
     if stream and not as_json:
-        click.echo()
+        out(shown.end(), raw=True)
     emit("query", result, as_json=as_json, text=lambda: _render(result, streamed=stream))
 
 
 def _render(r: dict[str, Any], *, streamed: bool) -> str:
-    lines = [f"models at {r['url']}: {', '.join(r['models']) or '(none)'}"]
+    """The result as text; the server's words (model ids, finish reason) one line each (kit's
+    printer makes the whole of it terminal-safe and redacted)."""
+    models = ", ".join(safetext.one_line(m, 120) for m in r["models"])
+    lines = [f"models at {r['url']}: {models or '(none)'}"]
     if not streamed:
         lines += [f"> {r['prompt']}", r["answer"]]
     rate = f"{r['tokens_per_s']} tokens/s" if r["tokens_per_s"] is not None else "- tokens/s"
+    finish = safetext.one_line(str(r["finish_reason"]), 40)
     lines.append(
-        f"[{r['model']}: finish_reason={r['finish_reason']}, {r['usage']['completion_tokens']} tokens, "
+        f"[{safetext.one_line(r['model'], 120)}: finish_reason={finish}, {r['usage']['completion_tokens']} tokens, "
         f"{r['latency_s']} s, {rate}]"
     )
     return "\n".join(lines)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from kit.output import emit, progress, warn
 from kit.plan.image_check import unchecked_warning
 from kit.plan.slurm import SERVER_READY_MARK, check_slurm_config, plan_slurm_files
 from kit.render import shell_words
+from kit.safe import files as safefile
 
 FLAG_KEYS = {
     "cluster": "cluster",
@@ -225,12 +225,7 @@ def layout_line(resolution: Resolution, cache: ModelCache) -> str:
 
 
 def _write_atomically(path: Path, text: str, *, mode: int = 0o755) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        tmp.write_text(text)
-        tmp.chmod(mode)
-        tmp.replace(path)
+        safefile.write_atomic(path, text, mode=mode)
     except OSError as exc:  # checked above; a full disk or a race still gets one line
         raise ConfigError(f"cannot write {path}: {exc.strerror}", key="--out", hint="write somewhere else") from None
-    finally:
-        tmp.unlink(missing_ok=True)

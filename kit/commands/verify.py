@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -16,6 +15,7 @@ from kit.commands._params import Count, KitCommand, Number, writable
 from kit.errors import ConfigError, UsageError
 from kit.output import emit, progress
 from kit.plan.exposure import exposures
+from kit.safe import files as safefile
 from kit.verify import policy
 from kit.verify.latency import LATENCY_METHODS
 from kit.verify.policy import EXPECTS
@@ -229,7 +229,12 @@ def command(
         progress(f"verify: probing the nodes of cluster {probed.config.cluster}", as_json=as_json)
         result = verify_cluster(probed, expect, spec, collective=not no_collective, expected=expected)
     if junit_path:
-        Path(junit_path).write_text(junit_xml(result))
+        try:
+            safefile.write_atomic(junit_path, junit_xml(result))
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot write {junit_path}: {exc.strerror}", key="--junit", hint="write somewhere else"
+            ) from None
     if not (as_json and result.status == "fail"):
         # On failure with --json the CLI prints one document: the error with the result inside.
         emit("verify", result.to_dict(), as_json=as_json, text=lambda: render_text(result))

@@ -384,7 +384,7 @@ def find_config_path(explicit: str | None, environ: Mapping[str, str], cwd: Path
     if explicit:
         return Path(explicit)
     if environ.get("KIT_CONFIG"):
-        return Path(environ["KIT_CONFIG"])
+        return Path(environ["KIT_CONFIG"])  # load_config names KIT_CONFIG when it cannot be read
     candidate = cwd / "kit.yaml"
     return candidate if candidate.is_file() else None
 
@@ -403,7 +403,14 @@ def load_config(
     cfg_path = find_config_path(path, environ, cwd or Path.cwd())
     layers: list[dict[str, tuple[Any, str]]] = []
     if cfg_path is not None:
-        text = safeload.read_text(cfg_path, max_bytes=safeload.MAX_YAML_BYTES, what="config file")
+        try:
+            text = safeload.read_text(cfg_path, max_bytes=safeload.MAX_YAML_BYTES, what="config file")
+        except ConfigError as err:
+            if path or not environ.get("KIT_CONFIG"):
+                raise
+            raise ConfigError(
+                err.message, key="KIT_CONFIG", hint="point KIT_CONFIG at a readable kit.yaml, or unset it"
+            ) from None
         layers.append(_flatten_yaml(text, str(cfg_path)))
     layers.append(_from_env(environ))
     layers.append(dict(overrides or {}))

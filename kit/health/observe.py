@@ -6,7 +6,6 @@ it, and reads it from the file at call time (the key is never logged nor put in 
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -14,13 +13,16 @@ from typing import Any
 from kit.errors import ServerError
 from kit.health import prometheus as metrics
 from kit.health.liveness import EngineSample, Observation, Probe
+from kit.net import http
 from kit.net.openai import read_key
+from kit.safe import text as safetext
 
 PROBE_BODY_BYTES = 1024 * 1024  # a one-token answer is < 1 KiB; this only bounds a broken server
 HEALTH_BODY_BYTES = 64 * 1024
 # vLLM routes a request to this DP rank (vllm/entrypoints/generate/base/serving.py,
 # `_get_data_parallel_rank`): the probe can ask one engine, not the least loaded one.
 DP_RANK_HEADER = "X-data-parallel-rank"
+HINT = "is the server up? see `kit status`"
 
 
 def fetch(
@@ -32,33 +34,11 @@ def fetch(
     headers: Mapping[str, str] | None = None,
     body: Any = None,
 ) -> tuple[int, bytes]:
-    """Status and body of one request, bounded: connecting and each read wait at most what is left
-    of deadline_s, the body is cut (ServerError) past max_bytes or past the deadline."""
-    import requests
-    import urllib3
-
-    end = time.monotonic() + deadline_s
-    try:
-        with requests.request(
-            method, url, headers=dict(headers or {}), json=body, stream=True, timeout=(deadline_s, deadline_s)
-        ) as resp:
-            chunks: list[bytes] = []
-            size = 0
-            # read1 returns whatever has arrived, so a server that trickles bytes meets the deadline.
-            while piece := resp.raw.read1(65536, decode_content=True):
-                size += len(piece)
-                if size > max_bytes:
-                    raise ServerError(f"{url} sent more than {max_bytes} bytes", hint="is this a vLLM server?")
-                if time.monotonic() > end:
-                    raise ServerError(f"{url} did not finish answering within {deadline_s:g} s")
-                chunks.append(piece)
-            return resp.status_code, b"".join(chunks)
-    except (requests.exceptions.Timeout, urllib3.exceptions.TimeoutError, TimeoutError):
-        raise ServerError(f"{url} did not answer within {deadline_s:g} s") from None
-    except requests.exceptions.RequestException as exc:
-        raise ServerError(f"cannot reach {url}: {_why(exc)}", hint="is the server up? see `kit status`") from None
-    except (urllib3.exceptions.HTTPError, OSError) as exc:  # raised inside read1: the body was cut
-        raise ServerError(f"{url} broke off its answer: {type(exc).__name__}") from None
+    """Status and body of one request through kit's bounded HTTP layer (kit/net/http.py): the
+    whole exchange within deadline_s, the body within max_bytes; ServerError (one line) else."""
+    limits = http.DEFAULT.but(total_s=deadline_s, connect_s=min(deadline_s, 10.0), body_bytes=max_bytes)
+    answer = http.request(method, url, headers=headers, json_body=body, limits=limits, hint=HINT)
+    return answer.status, answer.body
 
 
 def scrape(base_url: str, *, deadline_s: float = 10.0, max_bytes: int = metrics.MAX_SCRAPE_BYTES) -> metrics.Scrape:
@@ -134,21 +114,11 @@ def probe(
 
 def _has_choice(answer: bytes) -> bool:
     try:
-        doc = json.loads(answer)
-    except ValueError:
+        doc = http.decode_json(answer, "probe")
+    except http.HttpError:
         return False
     return isinstance(doc, dict) and isinstance(doc.get("choices"), list) and bool(doc["choices"])
 
 
 def _snippet(body: bytes) -> str:
-    return body.decode("utf-8", errors="replace").strip().replace("\n", " ")[:200]
-
-
-def _why(exc: Exception) -> str:
-    """The exception's innermost reason when it is a common one, else its class (never its text,
-    which carries the URL and may carry more)."""
-    text = str(exc)
-    for word in ("Connection refused", "No route to host", "Name or service not known", "reset by peer"):
-        if word in text:
-            return word.lower()
-    return type(exc).__name__
+    return safetext.one_line(body[:800].decode("utf-8", errors="replace"), 200)

@@ -13,13 +13,18 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from kit.errors import ServerError
 
-# A scrape of a 64-engine server is a few MB; anything far beyond that is not vLLM talking.
+# A scrape of a 64-engine server is a few MB (~25,000 samples, ~6 labels each); anything far
+# beyond that is not vLLM talking. The sample and label caps bound what a page that stays under
+# the byte cap can make kit hold (tens of MB, issue 27), the line cap what one line can.
 MAX_SCRAPE_BYTES = 16 * 1024 * 1024
+MAX_SAMPLES = 100_000
+MAX_LABELS = 300_000
+MAX_LINE = 64 * 1024
 
 RUNNING = "vllm:num_requests_running"
 WAITING = "vllm:num_requests_waiting"
@@ -51,6 +56,8 @@ class MetricsParseError(ServerError):
 
 @dataclass(frozen=True)
 class Sample:
+    # Slots: a page holds up to MAX_SAMPLES of these (a __dict__ each would double their cost).
+    __slots__ = ("labels", "name", "value")
     name: str  # the series name as written, e.g. vllm:prompt_tokens_total, …_bucket
     labels: Mapping[str, str]
     value: float
@@ -79,20 +86,40 @@ def parse(text: str, *, max_bytes: int = MAX_SCRAPE_BYTES, source: str = "/metri
         raise MetricsParseError(f"{source} is over {max_bytes} bytes: not a vLLM metrics page")
     samples: list[Sample] = []
     types: dict[str, str] = {}
-    for number, raw in enumerate(text.split("\n"), start=1):
+    seen: dict[str, str] = {}  # one copy of each name and label text: pages repeat them
+    labels = 0
+    for number, raw in enumerate(_lines(text), start=1):
+        if len(raw) > MAX_LINE:
+            raise MetricsParseError(f"{source} line {number}: over {MAX_LINE} characters: not a vLLM metrics page")
         line = raw.strip()
         if not line:
             continue
         if line.startswith("#"):
             parts = line.split(None, 3)
-            if len(parts) >= 4 and parts[1] == "TYPE":
+            if len(parts) >= 4 and parts[1] == "TYPE" and len(types) < MAX_SAMPLES:
                 types[parts[2]] = parts[3].strip()
             continue  # HELP lines and free comments carry nothing kit reads
-        samples.append(_parse_sample(line, number, source))
+        sample = _parse_sample(line, number, source, seen)
+        labels += len(sample.labels)
+        if len(samples) >= MAX_SAMPLES or labels > MAX_LABELS:
+            raise MetricsParseError(
+                f"{source} has more than {MAX_SAMPLES} samples or {MAX_LABELS} labels: not a vLLM metrics page"
+            )
+        samples.append(sample)
     return Scrape(samples=tuple(samples), types=types)
 
 
-def _parse_sample(line: str, number: int, source: str) -> Sample:
+def _lines(text: str) -> Iterator[str]:
+    """The lines of `text` one at a time (no list of them all, no copy of the text)."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        yield text[start:end]
+        start = end + 1
+
+
+def _parse_sample(line: str, number: int, source: str, seen: dict[str, str] | None = None) -> Sample:
     match = _SAMPLE_RE.match(line)
     if match is None:
         raise MetricsParseError(f"{source} line {number}: not a sample: {line[:80]!r}")
@@ -101,7 +128,11 @@ def _parse_sample(line: str, number: int, source: str) -> Sample:
     fields = match.group("rest").split()
     if len(fields) > 2 or not _VALUE_RE.match(fields[0]) or (len(fields) == 2 and not _TIMESTAMP_RE.match(fields[1])):
         raise MetricsParseError(f"{source} line {number}: bad value {match.group('rest')[:40]!r}")
-    return Sample(name=match.group("name"), labels=labels, value=float(fields[0]))
+    name = match.group("name")
+    if seen is not None:
+        name = seen.setdefault(name, name)
+        labels = {seen.setdefault(k, k): seen.setdefault(v, v) for k, v in labels.items()}
+    return Sample(name=name, labels=labels, value=float(fields[0]))
 
 
 def _parse_labels(inside: str, number: int, source: str) -> dict[str, str]:
@@ -127,6 +158,9 @@ def _parse_labels(inside: str, number: int, source: str) -> dict[str, str]:
 
 def _read_quoted(text: str, pos: int, number: int, source: str) -> tuple[str, int]:
     """The label value starting after its opening quote, unescaped, and the index after its closing quote."""
+    end = text.find('"', pos)
+    if end >= 0 and "\\" not in text[pos:end]:  # the common case: no escapes, no loop over characters
+        return text[pos:end], end + 1
     out: list[str] = []
     while pos < len(text):
         char = text[pos]

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.errors import ConfigError, KitError, VerifyFailed
-from kit.safeload import load_json_file, loads_json
+from kit.safeload import load_json_file, loads_json, read_text
 
 MANIFEST_FORMAT = 1
 SHA_RE = re.compile(r"^[0-9a-f]{40}\Z")
@@ -319,7 +319,10 @@ def find_snapshot(hub_dir: str | Path, repo: str, revision: str = "main") -> Pat
         return repo_dir / "snapshots" / revision
     ref = repo_dir / "refs" / revision
     if ref.is_file():
-        sha = ref.read_text().strip()
+        try:  # bounded: a FIFO or a huge file planted in a shared cache is not read
+            sha = read_text(ref, max_bytes=256, what="refs file").strip()
+        except ConfigError:
+            sha = ""
         if SHA_RE.fullmatch(sha):
             return repo_dir / "snapshots" / sha
     manifests = sorted((repo_dir / "kit").glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)

@@ -15,15 +15,21 @@ It never truncates a partial it continues: where flock is silently a no-op (some
 mounts, the reason for PR 4228) two writers then write the same bytes at the same offsets.
 
 The token is only ever the one passed in (from hf_token_file): huggingface_hub gets it, or
-`False`, explicitly, so it never reads HF_TOKEN or its stored token; the HTTP session sends it
-only to the Hub's own host and never reads ~/.netrc.
+`False`, explicitly, so it never reads HF_TOKEN or its stored token; kit's own requests send it
+only to the Hub's own host and never read ~/.netrc.
+
+The bytes go through kit's bounded HTTP layer (kit/net/http.py, issue 27): each request ends
+within `transfer_s` (a longer transfer continues with the next request, from where the partial
+file ends), reads at most the size the Hub listed, and five requests in a row that each bring
+less than MIN_PROGRESS give the file up. Partial files and locks are opened without following
+links (kit/safe/files.py): a link planted at a blob's `.incomplete` or `.lock` name in a shared
+cache is refused, never written through.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import re
 import threading
@@ -31,19 +37,20 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from kit import __version__
 from kit.errors import ConfigError, ExitCode, KitError, ServerError
 from kit.models.fetch import SHA_RE, DiskLayout, FetchPlan, RemoteFile, RepoListing
+from kit.net import http
 from kit.output import human_bytes
-
-if TYPE_CHECKING:
-    import requests
+from kit.safe import files as safefile
+from kit.safe import text as safetext
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
-CHUNK = 8 << 20  # bytes per read: few syscalls on a fast link, a progress tick per chunk on a slow one
+TRANSFER_S = 600.0  # one request for a file's bytes; a longer transfer continues with the next
+MIN_PROGRESS = 1 << 20  # a request that brings less (and does not finish the file) counts as failed
 _RETRIES = 5  # attempts without progress before a broken transfer is given up (huggingface_hub: 5)
 _RETRY_WAIT = 0.5  # seconds, times the attempt number (at most 2 s)
 _AMBIENT_TOKEN_VARS = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")
@@ -61,8 +68,11 @@ class FetchInterrupted(KitError):
 
 
 def endpoint_from_env() -> str:
-    """HF_ENDPOINT (a mirror, or the tests' loopback Hub), else huggingface.co."""
-    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+    """HF_ENDPOINT (a mirror, or the tests' loopback Hub), else huggingface.co. A password in
+    it is registered as a secret: redacted from every line kit prints."""
+    endpoint = (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+    safetext.register_url(endpoint)
+    return endpoint
 
 
 def _hf() -> Any:
@@ -111,10 +121,16 @@ class Progress:
 class Hub:
     """The Hub at `endpoint`, with `token` (None: anonymous)."""
 
-    def __init__(self, endpoint: str, token: str | None, *, timeout: float = 60.0) -> None:
+    def __init__(
+        self, endpoint: str, token: str | None, *, timeout: float = 60.0, transfer_s: float = TRANSFER_S
+    ) -> None:
         self.endpoint = endpoint.rstrip("/")
+        self.shown = safetext.redact_url(self.endpoint)  # what messages say: no credentials
         self.token = token
         self.timeout = timeout
+        self.transfer_s = transfer_s
+        safetext.register_url(self.endpoint)
+        safetext.register_secret(token)
 
     # ----------------------------------------------------------------- through huggingface_hub
 
@@ -127,14 +143,17 @@ class Hub:
             info = api.model_info(repo, revision=revision, files_metadata=True, token=self.token or False)
         sha = info.sha or ""
         if not SHA_RE.fullmatch(sha):
-            raise ServerError(f"{self.endpoint} did not resolve {repo}@{revision} to a commit")
+            raise ServerError(f"{self.shown} did not resolve {repo}@{revision} to a commit")
         files = []
         for sib in info.siblings or []:
             blob = sib.lfs.sha256 if sib.lfs is not None else sib.blob_id
             size = sib.lfs.size if sib.lfs is not None else sib.size
             # blob ids become file names in the cache: only the Hub's hex digests are accepted
             if not isinstance(blob, str) or not _BLOB_RE.fullmatch(blob) or not isinstance(size, int) or size < 0:
-                raise ServerError(f"{self.endpoint} listed {sib.rfilename} of {repo} without a valid size and blob id")
+                raise ServerError(
+                    f"{self.shown} listed {safetext.one_line(str(sib.rfilename), 120)} of {repo} "
+                    "without a valid size and blob id"
+                )
             files.append(RemoteFile(sib.rfilename, size, blob))
         return RepoListing(repo=repo, revision=revision, sha=sha, files=tuple(files))
 
@@ -146,26 +165,22 @@ class Hub:
         with self._errors(repo, sha), _no_ambient_token():
             meta = hf.get_hf_file_metadata(url, token=self.token or False)
         if meta.commit_hash not in (None, sha):
-            raise ServerError(f"{self.endpoint} served {repo}/{path} from commit {meta.commit_hash}, not {sha}")
+            raise ServerError(f"{self.shown} served {repo}/{path} from commit {meta.commit_hash}, not {sha}")
 
     def read_text(self, repo: str, sha: str, path: str, *, max_bytes: int = 64 << 20) -> str:
         """A small file's text (the weights index), without writing it anywhere."""
-        import requests
-        import urllib3
-
         try:
-            with self._session() as session, self._get(session, repo, sha, path, 0) as resp:
-                data = resp.raw.read(max_bytes + 1, decode_content=True)
+            answer = self._open(repo, sha, path, 0, limit=max_bytes, total_s=self.timeout)
+            try:
+                data = answer.read()
+            finally:
+                answer.close()
         except _Transient as err:
             raise self._unreachable(err.cause) from None
-        except (requests.RequestException, urllib3.exceptions.HTTPError) as err:
-            raise self._unreachable(err) from None
-        if len(data) > max_bytes:
-            raise ServerError(f"{repo}/{path} is larger than {max_bytes} bytes")
         try:
-            return bytes(data).decode("utf-8")
+            return data.decode("utf-8")
         except UnicodeDecodeError:
-            raise ServerError(f"{repo}/{path} from {self.endpoint} is not UTF-8 text") from None
+            raise ServerError(f"{repo}/{path} from {self.shown} is not UTF-8 text") from None
 
     @contextlib.contextmanager
     def _errors(self, repo: str, revision: str) -> Iterator[None]:
@@ -182,7 +197,7 @@ class Hub:
             if _status(err) == 401 and self.token:
                 raise self._gated(repo, 401) from None
             raise ConfigError(
-                f"model {repo} not found on {self.endpoint}",
+                f"model {repo} not found on {self.shown}",
                 source="argument MODEL",
                 hint="check the id (ORG/NAME as on the model page); a private repo also needs hf_token_file",
             ) from None
@@ -201,9 +216,7 @@ class Hub:
             status = _status(err)
             if status in (401, 403):
                 raise self._gated(repo, status) from None
-            raise ServerError(
-                f"{self.endpoint} answered {status or 'an error'} for {repo}: {_first_line(err)}"
-            ) from None
+            raise ServerError(f"{self.shown} answered {status or 'an error'} for {repo}: {_first_line(err)}") from None
         except OSError as err:
             raise self._unreachable(err) from None
         except Exception as err:  # httpx/httpx2 transport errors share no base with OSError
@@ -214,7 +227,7 @@ class Hub:
     def _gated(self, repo: str, status: int | None) -> ConfigError:
         if self.token:
             return ConfigError(
-                f"{self.endpoint} refused the token from hf_token_file for {repo} ({status})",
+                f"{self.shown} refused the token from hf_token_file for {repo} ({status})",
                 key="hf_token_file",
                 hint="use a token with read access, and accept the model's licence on its page first",
             )
@@ -225,22 +238,14 @@ class Hub:
         )
 
     def _unreachable(self, err: BaseException) -> ServerError:
+        why = _first_line(err)
         return ServerError(
-            f"cannot reach {self.endpoint}: {_first_line(err)}",
+            why if isinstance(err, http.HttpError) else f"cannot reach {self.shown}: {why}",
             hint="check the network/proxy (HTTPS_PROXY) or HF_ENDPOINT; on a compute node without internet, "
             "run kit fetch on a login node into the shared hf_cache",
         )
 
     # ----------------------------------------------------------------- the bytes
-
-    def _session(self) -> requests.Session:
-        import requests
-
-        session = requests.Session()
-        # No ~/.netrc credentials: an auth callable that adds nothing stops requests looking them up.
-        session.auth = _NoAuth()
-        session.headers.update({"User-Agent": f"kit/{__version__}", "Accept-Encoding": "identity"})
-        return session
 
     def _headers(self, url: str) -> dict[str, str]:
         if self.token and urlsplit(url).netloc == urlsplit(self.endpoint).netloc:
@@ -252,31 +257,33 @@ class Hub:
 
         return f"{self.endpoint}/{repo}/resolve/{sha}/{quote(path)}"
 
-    def _get(self, session: requests.Session, repo: str, sha: str, path: str, offset: int) -> requests.Response:
-        import requests
-
+    def _open(self, repo: str, sha: str, path: str, offset: int, *, limit: int, total_s: float) -> http.Exchange:
+        """GET one file from `offset` (following the Hub's redirect to its CDN, which gets no
+        Authorization: another host), its head read; the body is the caller's to read."""
         url = self._url(repo, sha, path)
-        headers = self._headers(url)
+        headers = {**self._headers(url), "Accept-Encoding": "identity"}
         if offset:
             headers["Range"] = f"bytes={offset}-"
+        limits = http.DEFAULT.but(connect_s=min(10.0, total_s), total_s=total_s, body_bytes=max(limit, 1))
         try:
-            # requests drops Authorization when the Hub redirects to its CDN (another host).
-            resp = session.get(url, headers=headers, stream=True, timeout=(10, self.timeout), allow_redirects=True)
-        except requests.RequestException as err:
-            raise _Transient(err) from None
-        if resp.status_code in (200, 206):
-            return resp
-        resp.close()
-        code = resp.headers.get("X-Error-Code", "")
-        if resp.status_code in (401, 403) or code == "GatedRepo":
-            raise self._gated(repo, resp.status_code)
-        if resp.status_code == 404:
-            raise ServerError(f"{self.endpoint} has no {path} in {repo}@{sha[:12]} although it listed it (404)")
-        if resp.status_code == 416 and offset:
+            answer = http.open_url("GET", url, headers=headers, limits=limits, redirects=5)
+        except http.HttpError as err:
+            if err.transient:
+                raise _Transient(err) from None
+            raise
+        if answer.status in (200, 206):
+            return answer
+        answer.close()
+        status, code = answer.status, answer.headers.get("x-error-code", "")
+        if status in (401, 403) or code == "GatedRepo":
+            raise self._gated(repo, status)
+        if status == 404:
+            raise ServerError(f"{self.shown} has no {path} in {repo}@{sha[:12]} although it listed it (404)")
+        if status == 416 and offset:
             raise _RangeRefused()
-        if resp.status_code in (408, 429) or resp.status_code >= 500:
-            raise _Transient(RuntimeError(f"{resp.status_code} {resp.reason}"))
-        raise ServerError(f"{self.endpoint} answered {resp.status_code} {resp.reason} for {repo}/{path}")
+        if status in (408, 429) or status >= 500:
+            raise _Transient(RuntimeError(f"{status} {answer.parser.reason}"))
+        raise ServerError(f"{self.shown} answered {status} {answer.parser.reason} for {repo}/{path}")
 
     def fetch(
         self,
@@ -298,19 +305,18 @@ class Hub:
         errors: list[BaseException] = []
 
         def work() -> None:
-            with self._session() as session:
-                while not stop.is_set():
-                    with lock:
-                        if not queue:
-                            return
-                        f = queue.pop(0)
-                    try:
-                        self._fetch_file(session, plan, layout, f, progress, stop, done=f.path in done)
-                    except BaseException as err:  # handed to the main thread, which raises it
-                        with lock:
-                            errors.append(err)
-                        stop.set()
+            while not stop.is_set():
+                with lock:
+                    if not queue:
                         return
+                    f = queue.pop(0)
+                try:
+                    self._fetch_file(plan, layout, f, progress, stop, done=f.path in done)
+                except BaseException as err:  # handed to the main thread, which raises it
+                    with lock:
+                        errors.append(err)
+                    stop.set()
+                    return
 
         # Daemon threads: on Ctrl-C the process exits without waiting for a blocked read.
         threads = [threading.Thread(target=work, daemon=True, name=f"kit-fetch-{i}") for i in range(max(1, workers))]
@@ -334,7 +340,6 @@ class Hub:
 
     def _fetch_file(
         self,
-        session: requests.Session,
         plan: FetchPlan,
         layout: DiskLayout,
         f: RemoteFile,
@@ -345,7 +350,7 @@ class Hub:
     ) -> None:
         store, partial = layout.store(f), layout.partial(f)
         try:
-            with _blob_lock(layout.lock(f), stop):
+            with _blob_lock(layout.lock(f), stop, layout.root):
                 # In the cache a blob's name is its content hash: the right size is the right file,
                 # also when another process finished it while this one waited for the lock.
                 if done or (not layout.local and _size(store) == f.size):
@@ -353,24 +358,25 @@ class Hub:
                 else:
                     if _size(store) is not None:  # truncated, corrupted or another revision's: replace
                         store.unlink()
-                    self._transfer(session, plan, f, partial, progress, stop)
-                    _finish(partial, store)
+                    self._transfer(plan, f, partial, progress, stop, root=layout.root)
+                    _finish(partial, store, layout.root)
                 if not layout.local:
-                    _link(layout.final(f), layout.link_target(f))
+                    _link(layout.final(f), layout.link_target(f), layout.root)
         except OSError as err:
             raise write_error(err, partial.parent, f.path) from None
         progress.file_done()
 
     def _transfer(
         self,
-        session: requests.Session,
         plan: FetchPlan,
         f: RemoteFile,
         partial: Path,
         progress: Progress,
         stop: threading.Event,
+        *,
+        root: Path,
     ) -> None:
-        partial.parent.mkdir(parents=True, exist_ok=True)
+        safefile.make_dirs(partial.parent, root)
         offset = _size(partial) or 0
         if offset > f.size:  # not a prefix of this blob: start over
             partial.unlink()
@@ -381,7 +387,7 @@ class Hub:
             before = offset
             failure: BaseException | None = None
             try:
-                offset = self._stream(session, plan, f, partial, offset, progress, stop)
+                offset = self._stream(plan, f, partial, offset, progress, stop)
             except _RangeRefused:
                 progress.add(-offset, network=False)
                 offset = 0
@@ -392,11 +398,13 @@ class Hub:
                 offset = min(_size(partial) or 0, f.size)
             if offset >= f.size:
                 break
-            tries = 0 if offset > before else tries + 1
+            # Progress resets the count, a trickle does not: a server that drips a few bytes per
+            # request cannot keep a fetch going for ever.
+            tries = 0 if offset >= before + MIN_PROGRESS else tries + 1
             if tries >= _RETRIES:
                 why = _first_line(failure) if failure else f"the server sent {offset} of the {f.size} bytes"
                 raise ServerError(
-                    f"downloading {f.path} from {self.endpoint} failed {_RETRIES} times: {why}",
+                    f"downloading {f.path} from {self.shown} failed {_RETRIES} times in a row: {why}",
                     hint="run kit fetch again to continue; if it repeats, the Hub's copy is broken at this revision",
                 )
             if tries:
@@ -404,7 +412,6 @@ class Hub:
 
     def _stream(
         self,
-        session: requests.Session,
         plan: FetchPlan,
         f: RemoteFile,
         partial: Path,
@@ -413,55 +420,59 @@ class Hub:
         stop: threading.Event,
     ) -> int:
         """One GET from `offset` appended to the partial file; returns the new size."""
-        import requests
-        import urllib3
-
-        with self._get(session, plan.repo, plan.sha, f.path, offset) as resp:
-            if offset and resp.status_code == 200:  # the server ignored the Range: start over
+        answer = self._open(plan.repo, plan.sha, f.path, offset, limit=f.size, total_s=self.transfer_s)
+        try:
+            if offset and answer.status == 200:  # the server ignored the Range: start over
                 progress.add(-offset, network=False)
                 offset = 0
                 partial.unlink(missing_ok=True)
             elif offset:
-                start = resp.headers.get("Content-Range", "").removeprefix("bytes ").split("-")[0]
+                start = answer.headers.get("content-range", "").removeprefix("bytes ").split("-")[0]
                 if start != str(offset):
                     raise _RangeRefused()
-            try:
-                # O_CREAT without O_TRUNC: bytes already there stay (see the module docstring).
-                # 0o666 less the umask, the mode huggingface_hub gives its blobs (a shared cache).
-                with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT, 0o666), "wb") as fh:
-                    fh.seek(offset)
-                    while not stop.is_set():
-                        chunk = resp.raw.read1(CHUNK)
-                        if not chunk:
-                            break
+            # O_CREAT without O_TRUNC: bytes already there stay (see the module docstring); no
+            # link followed, no file with other hard links written. 0o666 less the umask, the
+            # mode huggingface_hub gives its blobs (a shared cache).
+            with os.fdopen(safefile.open_private(partial, os.O_WRONLY | os.O_CREAT, 0o666), "wb") as fh:
+                fh.seek(offset)
+                try:
+                    for chunk in answer.pieces():
                         if offset + len(chunk) > f.size:
-                            raise ServerError(f"{self.endpoint} sent more than the {f.size} bytes listed for {f.path}")
+                            raise ServerError(f"{self.shown} sent more than the {f.size} bytes listed for {f.path}")
                         fh.write(chunk)
                         offset += len(chunk)
                         progress.add(len(chunk))
-            except (requests.RequestException, urllib3.exceptions.HTTPError, ConnectionError, TimeoutError) as err:
-                raise _Transient(err) from None
+                        if stop.is_set():
+                            break
+                except http.HttpError as err:
+                    if err.transient:  # what came stays in the partial file; the next request continues
+                        raise _Transient(err) from None
+                    raise  # a body that breaks a bound would break it again: no retry
+        finally:
+            answer.close()
         if stop.is_set():
             raise _Stopped()
         return offset
 
 
 def write_error(err: OSError, where: Path, what: str) -> KitError:
-    """A failed write as one line: a full disk or quota (NoSpace), else the path and the reason."""
-    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+    """A failed write as one line: a full disk or quota (NoSpace), a link or special file in
+    kit's way in a shared folder, else the path and the reason."""
+    if isinstance(err, safefile.UnsafeFile):
+        return ConfigError(
+            f"cannot write {what}: {err.filename} {err.strerror}",
+            hint="remove it (and find out who put it there), then run kit fetch again",
+        )
+    if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        why = {errno.EDQUOT: "disk quota exceeded", errno.EFBIG: "file size limit (ulimit -f) reached"}
         return NoSpace(
-            f"{'disk quota exceeded' if err.errno == errno.EDQUOT else 'no space left'} on {where}, writing {what}",
+            f"{why.get(err.errno or 0, 'no space left')} on {where}, writing {what}",
             hint="free space (partial files stay; kit fetch continues them) or choose another hf_cache / --local-dir",
         )
     return ConfigError(
         f"cannot write {what} under {where}: {err.strerror or err}",
         hint="make the folder writable, or choose another hf_cache / --local-dir",
     )
-
-
-class _NoAuth:
-    def __call__(self, request: Any) -> Any:
-        return request
 
 
 class _Transient(Exception):
@@ -487,8 +498,10 @@ def _status(err: Any) -> int | None:
 
 
 def _first_line(err: BaseException) -> str:
+    if isinstance(err, KitError):
+        return err.message
     text = str(err).strip().splitlines()
-    return text[0] if text else type(err).__name__
+    return safetext.one_line(text[0], 200) if text else type(err).__name__
 
 
 def _size(path: Path) -> int | None:
@@ -499,34 +512,28 @@ def _size(path: Path) -> int | None:
 
 
 @contextlib.contextmanager
-def _blob_lock(path: Path, stop: threading.Event) -> Iterator[None]:
+def _blob_lock(path: Path, stop: threading.Event, root: Path) -> Iterator[None]:
     """flock on huggingface_hub's lock file of the blob (filelock uses flock too), so kit and
-    huggingface_hub (or two kit fetches on nodes sharing the cache) never write one blob at once."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o664)
+    huggingface_hub (or two kit fetches on nodes sharing the cache) never write one blob at once.
+    Waits as long as the other writer takes; a link planted at the lock's name is refused."""
+    safefile.make_dirs(path.parent, root)
     try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if stop.wait(0.5):
-                    raise _Stopped() from None
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock
+        with safefile.locked(path, wait_s=float("inf"), stop=lambda s: stop.wait(s)):
+            yield
+    except InterruptedError:
+        raise _Stopped() from None
 
 
-def _finish(partial: Path, store: Path) -> None:
+def _finish(partial: Path, store: Path, root: Path) -> None:
     """The complete partial file becomes the blob (or the local file): one rename, so a reader
     sees either nothing or all of it."""
-    store.parent.mkdir(parents=True, exist_ok=True)
+    safefile.make_dirs(store.parent, root)
     os.replace(partial, store)
 
 
-def _link(final: Path, target: str) -> None:
+def _link(final: Path, target: str, root: Path) -> None:
     """The snapshot's relative symlink to the blob, replaced atomically if it points elsewhere."""
-    final.parent.mkdir(parents=True, exist_ok=True)
+    safefile.make_dirs(final.parent, root)
     if final.is_symlink() and os.readlink(final) == target:
         return
     tmp = final.with_name(f".{final.name}.kit-link")

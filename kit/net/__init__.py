@@ -1,0 +1,1 @@
+"""kit's network leaf: the one bounded HTTP client (kit/net/http.py)."""

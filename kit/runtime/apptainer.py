@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kit import proc
+from kit import proc, safeload
 from kit.errors import CommandError, ConfigError, ImageError, KitError, RuntimeUnavailable, StartError
 from kit.images.build import ContextPlan, definition_build_args, takes_build_args
 from kit.plan.container_args import (
@@ -68,6 +68,8 @@ from kit.runtime.base import (
     end_exec_argv,
     new_exec_mark,
 )
+from kit.safe import files as safefile
+from kit.safe import text as safetext
 
 BINARIES = ("apptainer", "singularity")  # Apptainer installs `singularity` as an alias
 digest_from = files.digest_from
@@ -192,10 +194,11 @@ class ApptainerRuntime(ContainerRuntime, ImageStore):
 
     def _meta(self, name: str, cluster: str | None = None) -> dict[str, Any]:
         try:
-            data: dict[str, Any] = json.loads((self._cluster_dir(name, cluster) / f"{name}.json").read_text())
-            return data
-        except (OSError, ValueError):
+            path = self._cluster_dir(name, cluster) / f"{name}.json"
+            data = safeload.load_json_file(path, max_bytes=1 << 20, what="instance record")
+        except ConfigError:
             return {}
+        return data if isinstance(data, dict) else {}
 
     # ---- images ---------------------------------------------------------------------------
     def image_path(self, ref: str) -> Path:
@@ -416,7 +419,7 @@ class ApptainerRuntime(ContainerRuntime, ImageStore):
         directory = self._cluster_dir(spec.name, spec.labels.get("kit.cluster"))
         directory.mkdir(parents=True, exist_ok=True)
         log = directory / f"{spec.name}.log"
-        log.write_text("")
+        os.close(safefile.open_private(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))  # no planted link
         try:
             self._run(
                 to_apptainer_start_argv(spec, spec.image)[1:],
@@ -431,19 +434,14 @@ class ApptainerRuntime(ContainerRuntime, ImageStore):
             ) from None
         if self.state(spec.name) != "running":
             raise StartError(f"instance {spec.name} is not running after `instance start`", hint="see its log")
-        (directory / f"{spec.name}.json").write_text(
-            json.dumps(
-                {
-                    "name": spec.name,
-                    "labels": dict(spec.labels),
-                    "image": spec.image,
-                    "log": str(log),
-                    "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                },
-                indent=2,
-            )
-            + "\n"
-        )
+        meta = {
+            "name": spec.name,
+            "labels": dict(spec.labels),
+            "image": spec.image,
+            "log": str(log),
+            "started_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        }
+        safefile.write_atomic(directory / f"{spec.name}.json", safetext.to_json(meta) + "\n")
         self._detach(to_apptainer_exec_argv(spec), log, container_env=spec.env)
 
     def _detach(self, argv: Sequence[str], log: Path, *, container_env: Mapping[str, str] | None = None) -> None:

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import os
 import re
+import secrets
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from kit import __version__
+from kit import __version__, safeload
+from kit.errors import ConfigError
 from kit.runtime.base import ImageFile, ImageInfo
+from kit.safe import files as safefile
+from kit.safe import text as safetext
 
 DIGEST_RE = re.compile(r"sha256:[0-9a-f]{64}")
 URI_RE = re.compile(r"^(docker|docker-daemon|oras|library|https?|shub)://")
@@ -53,9 +56,10 @@ def digest_from(ref: str, labels: Mapping[str, str]) -> tuple[str | None, str | 
 @contextlib.contextmanager
 def partial_file(dest: Path) -> Iterator[Path]:
     """Yield a temporary name next to dest; on success the caller renames it, on any failure or
-    interrupt it is removed, so no half-written image is ever left behind."""
+    interrupt it is removed, so no half-written image is ever left behind. The name is not one
+    another user of a shared image folder can guess and plant a link at."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    partial = dest.with_name(f".{dest.name}.partial-{os.getpid()}")
+    partial = dest.with_name(f".{dest.name}.partial-{os.getpid()}-{secrets.token_hex(6)}")
     try:
         yield partial
     finally:
@@ -91,15 +95,15 @@ def write_record(
         created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         kit_version=__version__,
     )
-    meta.write_text(json.dumps(record.to_dict(), indent=2) + "\n")
+    safefile.write_atomic(meta, safetext.to_json(record.to_dict()) + "\n")
     return record
 
 
 def read_record(path: Path) -> dict[str, Any]:
     """The JSON record beside an image file ({} when there is none or it is unreadable)."""
     try:
-        data = json.loads(record_path(path).read_text())
-    except (OSError, ValueError):
+        data = safeload.load_json_file(record_path(path), max_bytes=1 << 20, what="image record")
+    except ConfigError:
         return {}
     return data if isinstance(data, dict) else {}
 

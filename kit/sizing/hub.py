@@ -158,17 +158,9 @@ def load_checkpoint_size(model: str, hf_cache: str | None = None) -> int | None:
 
 
 def read_token(token_file: str) -> str:
-    """The Hugging Face token in `token_file` (hf_token_file): one word, never echoed back."""
-    text = safeload.read_text(Path(token_file).expanduser(), max_bytes=MAX_TOKEN_BYTES, what="hf_token_file")
-    token = text.strip()
-    if not token or any(ch.isspace() or not ch.isprintable() for ch in token):
-        raise ConfigError(
-            "does not hold one token" if token else "is empty",
-            key="hf_token_file",
-            source=token_file,
-            hint="put only the Hugging Face token (hf_...) in the file, on one line",
-        )
-    return token
+    """The Hugging Face token in `token_file` (hf_token_file): one word, never echoed back
+    (kit.safeload.read_secret: redacted from all output from then on)."""
+    return safeload.read_secret(token_file, key="hf_token_file", source=token_file)
 
 
 def _fetch_config(model: str, token: str | None) -> dict[str, Any]:
@@ -177,34 +169,33 @@ def _fetch_config(model: str, token: str | None) -> dict[str, Any]:
         raise ConfigError(
             f"{model!r} is not a Hub model id", key="model", hint="use org/name, e.g. meta-llama/Llama-3.1-8B"
         )
-    import requests  # only when the user asked to go online
+    from kit.net import http  # only when the user asked to go online
+    from kit.safe import text as safetext
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    safetext.register_url(endpoint)
+    limits = http.DEFAULT.but(total_s=30.0, body_bytes=MAX_JSON_BYTES)
     config: dict[str, Any] | None = None
     for name in ("config.json", "hf_quant_config.json"):
         url = f"{endpoint}/{model}/resolve/main/{name}"
+        shown = safetext.redact_url(url)
         try:
-            with requests.get(url, headers=headers, timeout=30, stream=True) as resp:
-                status = resp.status_code
-                body = resp.raw.read(MAX_JSON_BYTES + 1, decode_content=True) if status == 200 else b""
-        except requests.RequestException as err:
-            raise ConfigError(
-                f"cannot fetch {url}: {type(err).__name__}", key="model", hint="check the network or HF_ENDPOINT"
-            ) from None
+            # The Hub redirects to its CDN (another host: no Authorization sent there).
+            resp = http.request("GET", url, headers=headers, limits=limits, redirects=5)
+        except http.HttpError as err:
+            raise ConfigError(err.message, key="model", hint="check the network or HF_ENDPOINT") from None
+        status = resp.status
         if name == "config.json" and status != 200:
-            raise _refused(model, url, status, token is not None)
+            raise _refused(model, shown, status, token is not None)
         if status != 200:
             continue
-        if len(body) > MAX_JSON_BYTES:
-            raise ConfigError(f"{url} is larger than {MAX_JSON_BYTES} bytes", key="model", hint="check the model")
         try:
-            text = body.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ConfigError("is not UTF-8 text", source=url, hint="check the model") from None
-        data = safeload.loads_json(text, source=url)
+            data = http.decode_json(resp.body, url)
+        except http.HttpError as err:
+            raise ConfigError(err.message, key="model", hint="check the model") from None
         if not isinstance(data, dict):
-            raise ConfigError("is not a JSON object", source=url, hint="check the model")
+            raise ConfigError("is not a JSON object", source=shown, hint="check the model")
         if config is None:
             config = data
         else:

@@ -21,18 +21,16 @@ import os
 import signal
 import sys
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kit.errors import ServerError
+from kit.net import http
 from kit.supervise import cause, procs, protocol
 from kit.supervise.protocol import EngineProc, Order, Report
-
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 @dataclass(frozen=True)
@@ -55,15 +53,17 @@ Post = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 def http_post(config: AgentConfig) -> Post:
+    """POST a report through kit's bounded HTTP layer: the whole exchange within 3 s."""
+    limits = http.DEFAULT.but(connect_s=3.0, total_s=3.0, body_bytes=protocol.MAX_BODY)
+    headers = {"Content-Type": "application/json", protocol.TOKEN_HEADER: config.token}
+
     def post(doc: dict[str, Any]) -> dict[str, Any]:
-        request = urllib.request.Request(
-            f"{config.url}/v1/report",
-            data=protocol.dumps(doc),
-            method="POST",
-            headers={"Content-Type": "application/json", protocol.TOKEN_HEADER: config.token},
+        answer = http.request(
+            "POST", f"{config.url}/v1/report", headers=headers, body=protocol.dumps(doc), limits=limits, proxies=False
         )
-        with _OPENER.open(request, timeout=3) as resp:
-            return protocol.loads(resp.read(protocol.MAX_BODY + 1))
+        if answer.status != 200:
+            raise protocol.ProtocolError(f"the coordinator answered {answer.status}: {answer.snippet(120)}")
+        return protocol.loads(answer.body)
 
     return post
 
@@ -164,7 +164,7 @@ class Agent:
         report = self.report()
         try:
             order = protocol.order_from(self.post(report.to_dict()))
-        except (urllib.error.URLError, OSError, protocol.ProtocolError, ValueError) as exc:
+        except (ServerError, OSError, protocol.ProtocolError, ValueError) as exc:
             return self._unreachable(exc)
         self.last_contact = self.clock()
         if self.last_error:
@@ -176,7 +176,7 @@ class Agent:
         return None
 
     def _unreachable(self, exc: BaseException) -> int | None:
-        why = f"{type(exc).__name__}: {str(exc)[:120]}"
+        why = exc.message if isinstance(exc, ServerError) else f"{type(exc).__name__}: {str(exc)[:120]}"
         if why != self.last_error:
             self.log(f"cannot reach the coordinator at {self.config.url}: {why}")
             self.last_error = why
@@ -201,7 +201,7 @@ class Agent:
         self._forget_pid()
         self._forget_resume()  # the supervision ends here: a restarted container must not resume it
         # Say goodbye: the coordinator waits for it before it ends.
-        with contextlib.suppress(urllib.error.URLError, OSError, protocol.ProtocolError, ValueError):
+        with contextlib.suppress(ServerError, OSError, protocol.ProtocolError, ValueError):
             self.post(self.report().to_dict())
         return order.exit_code
 

@@ -8,10 +8,18 @@ plus a `KIT_EVENT {...}` line per event on its output (the job output under SLUR
 It keeps working when no kit command runs: `kit serve --supervise` only starts it and reads the
 files back. A restarted head container starts it again (the node entrypoint's resume hook), and
 it goes on from state.json: the head's new agent is a restarted node, so the group restarts.
+
+The control endpoint listens on the cluster network, so it is a hardened small server (issue 27):
+a cap on connections and a deadline for each (kit/supervise/control.py), the token compared in
+constant time before anything else, Content-Length checked before a byte of the body is read,
+bodies of at most protocol.MAX_BODY bytes read as bounded JSON. Writing state.json or
+events.jsonl can fail (a full disk, no file descriptor left): that is said on the output and
+supervision goes on.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -24,13 +32,17 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
+from kit import safeload
+from kit.errors import ConfigError
 from kit.health import liveness
+from kit.safe import files as safefile
 from kit.supervise import events as ev
 from kit.supervise import policy, protocol, watch
+from kit.supervise.control import MAX_CONNECTIONS, REQUEST_S, ControlServer
 from kit.supervise.policy import Seen, Settings, State, Tick
 
 
@@ -99,8 +111,11 @@ class Coordinator:
         probe: Callable[[str], liveness.Probe] | None = None,
         ray_alive: Callable[[], int | None] | None = None,
         out: Callable[[str], None] | None = None,
+        max_connections: int = MAX_CONNECTIONS,
+        request_s: float = REQUEST_S,
     ) -> None:
         self.config = config
+        self.max_connections, self.request_s = max_connections, request_s
         self.settings = config.settings
         self.clock, self.wall = clock, wall
         self.observe = observe or (lambda: watch.observe(config.api_url, deadline_s=3.0, clock=clock))
@@ -121,6 +136,8 @@ class Coordinator:
         self.last_verdicts = ""
         self.stall: dict[str, tuple[tuple[float | None, float | None], float]] = {}
         self.bound: tuple[Any, ...] = ()
+        self.save_error: str | None = None
+        self.server: ControlServer | None = None
         self.state = self._load_state()
 
     # ---- state on disk ------------------------------------------------------------------------
@@ -130,10 +147,10 @@ class Coordinator:
 
     def _load_state(self) -> State:
         try:
-            doc = json.loads(self._path("state.json").read_text())
-        except (OSError, ValueError):
+            doc = safeload.load_json_file(self._path("state.json"), max_bytes=1 << 20, what="state.json")
+            state = State.resumed(doc, self.clock())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, ConfigError):
             return State(phase_since=self.clock())
-        state = State.resumed(doc, self.clock())
         if state.generation:
             self._record(
                 [
@@ -160,9 +177,14 @@ class Coordinator:
             "max_restarts": self.settings.max_restarts,
             "agents": self._agents_view(),
         }
-        tmp = self._path("state.json.tmp")
-        tmp.write_text(json.dumps(doc, sort_keys=True))
-        tmp.replace(self._path("state.json"))
+        try:
+            safefile.write_atomic(self._path("state.json"), json.dumps(doc, sort_keys=True))
+            self.save_error = None
+        except OSError as exc:  # a full disk, no descriptor left: say it once, keep supervising
+            why = f"cannot write state.json: {exc.strerror or exc}"
+            if why != self.save_error:
+                self.save_error = why
+                self._say(f"kit-supervise: {why} (supervision goes on)")
 
     def _agents_view(self) -> dict[str, Any]:
         now = self.clock()
@@ -181,14 +203,21 @@ class Coordinator:
     def _record(self, events: list[ev.Event]) -> None:
         if not events:
             return
-        with self._path("events.jsonl").open("a") as handle:
-            for event in events:
-                handle.write(event.line() + "\n")
+        try:
+            with self._path("events.jsonl").open("a") as handle:
+                for event in events:
+                    handle.write(event.line() + "\n")
+        except OSError as exc:  # the events still reach the output below
+            self._say(f"kit-supervise: cannot append to events.jsonl: {exc.strerror or exc}")
         for event in events:
             # Short on the output (the job output under SLURM, where other processes write too: a
             # line under PIPE_BUF is written whole); events.jsonl keeps the details.
             short = dataclasses.replace(event, reason=event.reason[:300], details=())
-            self.out(f"{ev.EVENT_MARK} {short.line()}")
+            self._say(f"{ev.EVENT_MARK} {short.line()}")
+
+    def _say(self, line: str) -> None:
+        with contextlib.suppress(OSError, ValueError):  # no output left (a closed pipe): the files still say it
+            self.out(line)
 
     # ---- the HTTP side (called from the server's threads) -------------------------------------
 
@@ -305,7 +334,7 @@ class Coordinator:
         if summary != self.last_verdicts:
             self.last_verdicts = summary
             stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.wall()))
-            self.out(f"{stamp} liveness (generation {self.state.generation}, {self.state.phase}): {summary}")
+            self._say(f"{stamp} liveness (generation {self.state.generation}, {self.state.phase}): {summary}")
 
     def _probe_due(
         self, observation: liveness.Observation, stalls: dict[str, float], probes: list[liveness.Probe]
@@ -373,7 +402,7 @@ class Coordinator:
 
     def run(self, stop: threading.Event | None = None) -> int:
         stop = stop or threading.Event()
-        server = make_server(self)
+        server = self.server = make_server(self, max_connections=self.max_connections, request_s=self.request_s)
         self.bound = server.server_address[:2]  # the port, when the config asked for any (0)
         self.listening.set()
         thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
@@ -414,6 +443,7 @@ class Coordinator:
 class _Handler(BaseHTTPRequestHandler):
     coordinator: Coordinator
     server_version = "kit-supervise"
+    timeout = REQUEST_S  # each read and write; the server's reaper bounds the whole connection
 
     def log_message(self, format: str, *args: Any) -> None:  # the agents report every second: no access log
         return
@@ -433,10 +463,19 @@ class _Handler(BaseHTTPRequestHandler):
         return False
 
     def _body(self) -> dict[str, Any]:
-        length = int(self.headers.get("Content-Length") or 0)
+        """The JSON body, its length checked before a byte of it is read."""
+        if self.headers.get("Transfer-Encoding"):
+            raise protocol.ProtocolError("a body must come with Content-Length, not Transfer-Encoding")
+        raw = (self.headers.get("Content-Length") or "0").strip()
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 19):
+            raise protocol.ProtocolError("Content-Length is not a byte count")
+        length = int(raw)
         if length > protocol.MAX_BODY:
             raise protocol.ProtocolError(f"body over {protocol.MAX_BODY} bytes")
-        return protocol.loads(self.rfile.read(length))
+        data = self.rfile.read(length)
+        if len(data) != length:
+            raise protocol.ProtocolError("the body is shorter than its Content-Length")
+        return protocol.loads(data)
 
     def do_POST(self) -> None:
         if not self._authorized():
@@ -449,6 +488,7 @@ class _Handler(BaseHTTPRequestHandler):
             else:
                 self._answer(404, {"error": "no such endpoint"})
         except (protocol.ProtocolError, ValueError) as exc:
+            self.close_connection = True
             self._answer(400, {"error": str(exc)[:200]})
 
     def do_GET(self) -> None:
@@ -460,11 +500,16 @@ class _Handler(BaseHTTPRequestHandler):
             self._answer(404, {"error": "no such endpoint"})
 
 
-def make_server(coordinator: Coordinator) -> ThreadingHTTPServer:
-    handler = type("Handler", (_Handler,), {"coordinator": coordinator})
-    server = ThreadingHTTPServer((coordinator.config.host, coordinator.config.port), handler)
-    server.daemon_threads = True
-    return server
+def make_server(
+    coordinator: Coordinator, *, max_connections: int = MAX_CONNECTIONS, request_s: float = REQUEST_S
+) -> ControlServer:
+    handler = type("Handler", (_Handler,), {"coordinator": coordinator, "timeout": request_s})
+    return ControlServer(
+        (coordinator.config.host, coordinator.config.port),
+        handler,
+        max_connections=max_connections,
+        request_s=request_s,
+    )
 
 
 def main(directory: str) -> int:

@@ -21,14 +21,13 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
+from kit.errors import ServerError
+from kit.net import http
 from kit.supervise import protocol
 
 BUNDLE_NAME = "kit-supervise.pyz"
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def _doc(directory: str) -> dict[str, object]:
@@ -112,16 +111,15 @@ def ctl(directory: str, what: str, reason: str) -> int:
     token = Path(directory, "token").read_text().strip()
     url = f"http://{host}:{int(str(doc['port']))}/v1/{what}"
     data = protocol.dumps({"reason": reason}) if what == "stop" else None
-    request = urllib.request.Request(url, data=data, method="POST" if data else "GET")
-    request.add_header(protocol.TOKEN_HEADER, token)
-    request.add_header("Content-Type", "application/json")
+    headers = {protocol.TOKEN_HEADER: token, "Content-Type": "application/json"}
+    limits = http.DEFAULT.but(connect_s=5.0, total_s=5.0, body_bytes=protocol.MAX_BODY)
     try:
-        with _OPENER.open(request, timeout=5) as resp:
-            print(resp.read(protocol.MAX_BODY).decode(errors="replace"), flush=True)
-    except (urllib.error.URLError, OSError) as exc:
-        print(f"kit-supervise: cannot reach the coordinator at {url}: {type(exc).__name__}", file=sys.stderr)
+        answer = http.request("POST" if data else "GET", url, headers=headers, body=data, limits=limits, proxies=False)
+    except ServerError as exc:
+        print(f"kit-supervise: cannot reach the coordinator: {exc.message}", file=sys.stderr)
         return 1
-    return 0
+    print(answer.body.decode(errors="replace"), flush=True)
+    return 0 if answer.status == 200 else 1
 
 
 def main(argv: list[str]) -> int:

@@ -23,11 +23,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kit.safeload import json_depth_ok
+
 TOKEN_HEADER = "X-Kit-Token"
 MAX_BODY = 64 * 1024
 MAX_LINES = 40
 MAX_LINE = 400
 MAX_ENGINES = 512
+MAX_DEPTH = 8  # a report nests three levels
 NODE_RE = re.compile(r"^(head|worker-[0-9]{1,5})\Z")
 _INSTANCE_RE = re.compile(r"^[A-Za-z0-9._:-]{1,80}\Z")
 ACTIONS = ("run", "stop", "exit")
@@ -114,15 +117,26 @@ def token_ok(expected: str, given: str | None) -> bool:
 
 
 def loads(body: bytes) -> dict[str, Any]:
+    """A message's JSON object: at most MAX_BODY bytes and MAX_DEPTH levels deep (a deeply
+    nested body is a 400, not a RecursionError in the server's thread), no NaN or Infinity."""
     if len(body) > MAX_BODY:
         raise ProtocolError(f"body over {MAX_BODY} bytes")
     try:
-        doc = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
+        text = body.decode("utf-8")
+        if not json_depth_ok(text, MAX_DEPTH):
+            raise ProtocolError(f"body nested deeper than {MAX_DEPTH} levels")
+        doc = json.loads(text, parse_constant=_no_constant)
+    except ProtocolError:
+        raise
+    except (UnicodeDecodeError, ValueError, RecursionError):
         raise ProtocolError("body is not JSON") from None
     if not isinstance(doc, dict):
         raise ProtocolError("body is not a JSON object")
     return doc
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(name)
 
 
 def dumps(doc: Mapping[str, Any]) -> bytes:

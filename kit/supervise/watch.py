@@ -1,26 +1,26 @@
-"""The coordinator's view of the server, over urllib (standard library: it runs in the head
-container, where kit and `requests` may be missing): /health, /metrics parsed by kit/health/prometheus.py,
-and the one-token probe pinned to one engine. The same questions kit/health/observe.py asks from the
-host; the answers are the same kit/health/liveness.py types, judged the same way.
+"""The coordinator's view of the server, through kit's bounded HTTP layer (kit/net/http.py,
+standard library only: it runs in the head container, where kit and `requests` may be missing):
+/health, /metrics parsed by kit/health/prometheus.py, and the one-token probe pinned to one
+engine. The same questions kit/health/observe.py asks from the host; the answers are the same
+kit/health/liveness.py types, judged the same way.
 
 Proxies from the environment are ignored: the server is on this node's own IP.
 """
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from kit.errors import ServerError
+from kit import safeload
+from kit.errors import ConfigError, ServerError
 from kit.health import prometheus as metrics
 from kit.health.liveness import EngineSample, Observation, Probe
+from kit.net import http
+from kit.safe import text as safetext
 
 DP_RANK_HEADER = "X-data-parallel-rank"  # as kit/health/observe.py: vLLM routes the request to that rank
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def fetch(
@@ -33,36 +33,9 @@ def fetch(
     body: Any = None,
 ) -> tuple[int, bytes]:
     """Status and body, bounded in time and size; ServerError (one line) when it cannot be had."""
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method, headers=dict(headers or {}))
-    if data is not None:
-        request.add_header("Content-Type", "application/json")
-    end = time.monotonic() + deadline_s
-    try:
-        with _OPENER.open(request, timeout=deadline_s) as resp:
-            return resp.status, _read(resp, url, end, deadline_s, max_bytes)
-    except urllib.error.HTTPError as err:
-        return err.code, _read(err, url, end, deadline_s, max_bytes)
-    except (TimeoutError, urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        if isinstance(reason, TimeoutError) or "timed out" in str(reason):
-            raise ServerError(f"{url} did not answer within {deadline_s:g} s") from None
-        raise ServerError(f"cannot reach {url}: {_why(reason)}") from None
-
-
-def _read(resp: Any, url: str, end: float, deadline_s: float, max_bytes: int) -> bytes:
-    chunks, size = [], 0
-    try:
-        while piece := resp.read1(65536):
-            size += len(piece)
-            if size > max_bytes:
-                raise ServerError(f"{url} sent more than {max_bytes} bytes")
-            if time.monotonic() > end:
-                raise ServerError(f"{url} did not finish answering within {deadline_s:g} s")
-            chunks.append(piece)
-    except (TimeoutError, OSError):
-        raise ServerError(f"{url} did not finish answering within {deadline_s:g} s") from None
-    return b"".join(chunks)
+    limits = http.DEFAULT.but(total_s=deadline_s, connect_s=min(deadline_s, 10.0), body_bytes=max_bytes)
+    answer = http.request(method, url, headers=headers, json_body=body, limits=limits, proxies=False)
+    return answer.status, answer.body
 
 
 def observe(base_url: str, *, deadline_s: float = 3.0, clock: Callable[[], float] = time.monotonic) -> Observation:
@@ -115,12 +88,12 @@ def probe(
         return Probe(t=started, engine=engine, error=err.message)
     took = clock() - started
     if status != 200:
-        snippet = answer.decode("utf-8", errors="replace").strip().replace("\n", " ")[:160]
+        snippet = safetext.one_line(answer[:640].decode("utf-8", errors="replace"), 160)
         return Probe(t=started, engine=engine, error=f"{url} answered {status}: {snippet}", latency_s=took)
     try:
-        doc = json.loads(answer)
+        doc = http.decode_json(answer, url)
         ok = isinstance(doc, dict) and isinstance(doc.get("choices"), list) and bool(doc["choices"])
-    except ValueError:
+    except ServerError:
         ok = False
     return Probe(
         t=started, engine=engine, error=None if ok else f"{url} answered 200 without a completion", latency_s=took
@@ -128,18 +101,13 @@ def probe(
 
 
 def _read_key(path: str | None) -> str | None:
+    """The key, read at each probe (a rotated key is picked up) through the bounded loader (a
+    FIFO is not waited on); registered for redaction, so an answer echoing it is not logged."""
     if not path:
         return None
     try:
-        with open(path, encoding="utf-8") as handle:  # read at each probe: a rotated key is picked up
-            return handle.read(64 * 1024).strip() or None
-    except OSError:
+        text = safeload.read_text(path, max_bytes=64 * 1024, what="api key file").strip()
+    except ConfigError:
         return None
-
-
-def _why(reason: object) -> str:
-    text = str(reason)
-    for word in ("Connection refused", "No route to host", "Name or service not known", "reset by peer"):
-        if word in text:
-            return word.lower()
-    return type(reason).__name__
+    safetext.register_secret(text)
+    return text or None

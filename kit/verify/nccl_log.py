@@ -34,6 +34,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from typing import Any
 
 
 class Transport(str, Enum):
@@ -198,11 +199,18 @@ class NcclLog:
     warnings: list[str] = field(default_factory=list)  # NCCL WARN lines (first MAX_WARNINGS)
     warning_count: int = 0
     lines: int = 0
+    # Things left out once the parser held MAX_ENTRIES distinct ones (connections, ranks,
+    # hosts, versions): a log of a million distinct transports stays bounded (issue 27).
+    dropped: int = 0
+
+
+MAX_ENTRIES = 100_000  # distinct connections, ranks, hosts, ... (a 512-GPU job logs ~10,000)
 
 
 class NcclParser:
     """Incremental parser: `feed` one line at a time, then `log`. Memory is bounded by the
-    topology (distinct connections, ranks, hosts), not by the length of the log."""
+    topology (distinct connections, ranks, hosts), not by the length of the log, and the
+    topology by MAX_ENTRIES: what a log names beyond that is counted in `log.dropped`."""
 
     def __init__(self) -> None:
         self.log = NcclLog()
@@ -210,6 +218,33 @@ class NcclParser:
         self._conns: dict[tuple[object, ...], Connection] = {}
         self._counts: Counter[tuple[object, ...]] = Counter()
         self._torch_call = False  # the last line called torch's nccl.version(): a tuple may follow
+        self._entries = 0
+
+    def _room(self) -> bool:
+        """One more distinct entry, if the parser holds fewer than MAX_ENTRIES."""
+        if self._entries >= MAX_ENTRIES:
+            self.log.dropped += 1
+            return False
+        self._entries += 1
+        return True
+
+    def _add(self, into: set[Any], item: Any) -> None:
+        if item not in into and self._room():
+            into.add(item)
+
+    def _put(self, into: dict[Any, Any], key: Any, value: Any) -> None:
+        if key in into or self._room():
+            into[key] = value
+
+    def _group(self, into: dict[Any, Any], key: Any) -> Any:
+        """The inner collection under `key` (a new one counts as an entry; when there is no room,
+        a throwaway one that is never kept)."""
+        found = into.get(key)
+        if found is None:
+            found = {} if into is not self.log.other_versions else set()
+            if self._room():
+                into[key] = found
+        return found
 
     def feed(self, raw: str, lineno: int | None = None) -> None:
         log = self.log
@@ -218,13 +253,13 @@ class NcclParser:
         if self._torch_call and (text := raw.strip()):
             self._torch_call = False
             if m := _TORCH_TUPLE.fullmatch(text):
-                log.other_versions.setdefault("torch", set()).add(f"{m['a']}.{m['b']}.{m['c']}")
+                self._add(self._group(log.other_versions, "torch"), f"{m['a']}.{m['b']}.{m['c']}")
                 return
         if "NCCL" not in raw and "via" not in raw and "nccl" not in raw and "Rank" not in raw:
             return
         line = raw.rstrip("\r\n")
         if "pid=" in line and (ip := _RAY_IP.search(line)):
-            log.ray_ips.add(ip.group("ip"))
+            self._add(log.ray_ips, ip.group("ip"))
         # Interleaved writers glue records together: split at every NCCL prefix.
         starts = list(PREFIX.finditer(line))
         if len(starts) <= 1:
@@ -241,7 +276,7 @@ class NcclParser:
         host = prefix.group("host") if prefix else None
         pid = int(prefix.group("pid")) if prefix else None
         if host is not None and pid is not None:
-            log.processes.add((host, pid))
+            self._add(log.processes, (host, pid))
         if "NCCL WARN" in text:
             log.warning_count += 1
             if len(log.warnings) < MAX_WARNINGS:
@@ -261,20 +296,20 @@ class NcclParser:
         log = self.log
         # Cheap literal guards first: most NCCL INFO lines match none of these (nor of _topology's).
         if "ersion" in text and (m := _VERSION.search(text)):
-            log.versions.add(f"{m.group('a')}.{m.group('b')}.{m.group('c')}")
+            self._add(log.versions, f"{m.group('a')}.{m.group('b')}.{m.group('c')}")
         elif "nccl.version()" in text:
             after = text[text.index("nccl.version()") + len("nccl.version()") :]
             if m := _TORCH_TUPLE.search(after):
-                log.other_versions.setdefault("torch", set()).add(f"{m['a']}.{m['b']}.{m['c']}")
+                self._add(self._group(log.other_versions, "torch"), f"{m['a']}.{m['b']}.{m['c']}")
             else:
                 self._torch_call = True  # Python prints the result on the next line
         elif ("nccl" in text or "NCCL_VERSION" in text) and (m := _VERSION_OTHER.search(text)):
             if m.group("v"):
                 src = "nccl==" if m.group("src") == "nccl==" else "NCCL_VERSION"
-                log.other_versions.setdefault(src, set()).add(m.group("v"))
+                self._add(self._group(log.other_versions, src), m.group("v"))
             else:
                 decoded = _decode_version_code(int(m.group("code")))
-                log.other_versions.setdefault("nccl-library", set()).add(decoded)
+                self._add(self._group(log.other_versions, "nccl-library"), decoded)
         elif "cudaDriverVersion" in text and (m := _CUDA_DRIVER.search(text)):
             code = int(m.group("v"))
             log.cuda_driver = f"{code // 1000}.{code % 1000 // 10}"
@@ -287,13 +322,13 @@ class NcclParser:
         log = self.log
         if "NET/IB" in text and (m := _IB_USING.search(text)):
             for dev in _IB_DEVICE.finditer(m.group("rest")):
-                log.ib_devices[f"{dev.group('dev')}:{dev.group('port')}"] = dev.group("layer")
+                self._put(log.ib_devices, f"{dev.group('dev')}:{dev.group('port')}", dev.group("layer"))
         elif "Using network" in text and (m := _NETWORK.search(text)):
-            log.networks.add(m.group("net"))
+            self._add(log.networks, m.group("net"))
         elif "plugin" in text and (m := _PLUGIN.search(text)):
             name = (m.group("name") or m.group("init") or "").strip()
             if name and name not in ("IB", "Socket"):
-                log.plugins.add(name)
+                self._add(log.plugins, name)
         elif "Init" in text and "busId" in text and (m := _INIT_BUS.search(text)):
             # Only init lines: a `Destroy COMPLETE` line carries no commId to say whose rank it is.
             self._bus(m.group("comm") or "", int(m.group("rank")), m.group("bus"))
@@ -303,7 +338,7 @@ class NcclParser:
             self._init_rank(m, host, pid)
         elif "Bootstrap" in text and (m := _BOOTSTRAP.search(text)):
             if host is not None and pid is not None:
-                log.bootstrap[(host, pid)] = m.group("addr")
+                self._put(log.bootstrap, (host, pid), m.group("addr"))
         elif "nNodes" in text and (m := _NNODES.search(text)):
             nnodes = int(m.group("nnodes"))
             if m.group("local") is not None and int(m.group("local")) == int(m.group("nranks")):
@@ -311,25 +346,28 @@ class NcclParser:
             log.nnodes = max(log.nnodes or 0, nnodes)
             comm = self._last_comm.get((host, pid)) if host is not None and pid is not None else None
             if comm is not None:
-                log.comm_nnodes[comm] = max(log.comm_nnodes.get(comm, 0), nnodes)
+                self._put(log.comm_nnodes, comm, max(log.comm_nnodes.get(comm, 0), nnodes))
         elif "Pid" in text and (m := _TESTS_RANK.search(text)):
             rank, proc = int(m.group("rank")), (m.group("host"), int(m.group("pid")))
-            log.rank_hosts.setdefault("", {})[rank] = m.group("host")
-            log.rank_procs.setdefault("", {})[rank] = proc
+            self._put(self._group(log.rank_hosts, ""), rank, m.group("host"))
+            self._put(self._group(log.rank_procs, ""), rank, proc)
 
     def _init_rank(self, m: re.Match[str], host: str | None, pid: int | None) -> None:
         comm, log = m.group("comm"), self.log
         if host is not None:
             rank = int(m.group("rank"))
-            log.rank_hosts.setdefault(comm, {})[rank] = self._node(host, pid)
+            self._put(self._group(log.rank_hosts, comm), rank, self._node(host, pid))
             if pid is not None:
-                self._last_comm[(host, pid)] = comm
-                log.rank_procs.setdefault(comm, {})[rank] = (host, pid)
+                self._put(self._last_comm, (host, pid), comm)
+                self._put(self._group(log.rank_procs, comm), rank, (host, pid))
 
     def _bus(self, comm: str, rank: int, bus: str) -> None:
         bus = bus.lower().removeprefix("0x").lstrip("0") or "0"
-        if self.log.rank_bus.setdefault(comm, {}).setdefault(rank, bus) != bus:
-            self.log.bus_ambiguous.add(comm)  # lines of several communicators in one map
+        buses = self._group(self.log.rank_bus, comm)
+        if rank not in buses:
+            self._put(buses, rank, bus)
+        elif buses[rank] != bus:
+            self._add(self.log.bus_ambiguous, comm)  # lines of several communicators in one map
 
     def _connection(self, m: re.Match[str], host: str | None, pid: int | None, n: int) -> None:
         via = m.group("via")
@@ -343,8 +381,8 @@ class NcclParser:
         if host is not None and pid is not None:
             # The local side of a connection lives in the line's process: the sender of [send],
             # the receiver of [receive], both ends of an intra-node (direction-less) line.
-            nodes = self.log.rank_hosts.setdefault(comm or "", {})
-            procs = self.log.rank_procs.setdefault(comm or "", {})
+            nodes = self._group(self.log.rank_hosts, comm or "")
+            procs = self._group(self.log.rank_procs, comm or "")
             node = self._node(host, pid)
             ends = [src] if direction != "receive" else []
             if direction == "send" or (not direction and via.startswith("NET/")):
@@ -352,16 +390,22 @@ class NcclParser:
             else:
                 ends.append(dst)
             for rank in ends:
-                if nodes.setdefault(rank, node) != node:
+                if rank not in nodes:
+                    self._put(nodes, rank, node)
+                elif nodes[rank] != node:
                     # One rank number on two nodes: lines of several communicators (vLLM's TP,
                     # PP and world groups) landed in one map. It proves nothing any more.
-                    self.log.ambiguous.add(comm or "")
+                    self._add(self.log.ambiguous, comm or "")
             # The line's own process is the sender, unless the line says [receive].
-            procs.setdefault(dst if direction == "receive" else src, (host, pid))
+            if (dst if direction == "receive" else src) not in procs:
+                self._put(procs, dst if direction == "receive" else src, (host, pid))
         key = (comm, host, pid, src, dst, direction, via)
-        self._counts[key] += 1
         if key in self._conns:
+            self._counts[key] += 1
             return
+        if not self._room():
+            return
+        self._counts[key] += 1
         conn = Connection(
             host=host,
             pid=pid,

@@ -125,6 +125,9 @@ class HubServer:
         self.tokens = tokens
         self.throttle_bps = throttle_bps
         self.truncate: dict[str, int] = {}  # repo path -> bytes actually sent (the listing still says the full size)
+        # Another server's base URL for the LFS files' redirect (tests/hostile_server.py as a
+        # misbehaving CDN); None: this server's own /cdn/.
+        self.cdn_url: str | None = None
         self._served: Counter[str] = Counter()  # repo path -> body bytes sent
         self._requests: list[Logged] = []
         self._lock = threading.Lock()
@@ -341,6 +344,8 @@ class _Handler(BaseHTTPRequestHandler):
         if entry.sha256 is not None:
             hub = self.server_hub
             location = f"http://{hub.cdn_host}:{hub.port}/cdn/{entry.sha256}?sig={hub.sign(entry.sha256)}"
+            if hub.cdn_url:
+                location = f"{hub.cdn_url}/{entry.sha256}"
             self.send_response(302)
             self.send_header("Location", location)
             self.send_header("X-Repo-Commit", sha)

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import write_secret
 from tests.integration.clusters import make_kit, two_node_mp_env
 
 SECOND_OCTET = 231  # this module's subnets: 10.231.X.0/24
@@ -28,7 +29,7 @@ def prepared(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> di
     """The engine image and the tiny model (kit demo --prepare-only), an API key file."""
     root = tmp_path_factory.mktemp("bench")
     key = root / "api_key"
-    key.write_text(SECRET_KEY + "\n")
+    write_secret(key, SECRET_KEY + "\n")
     kit = make_kit(root / "state", {})
     prep = kit("demo", "--prepare-only", "--json", "--image", "kit/vllm-cpu:test")
     assert prep.returncode == 0, prep.stderr
@@ -122,7 +123,7 @@ def test_bench_plot_is_a_png(served: dict[str, Any]) -> None:
 
 def test_wrong_key_is_one_line_exit_8(served: dict[str, Any]) -> None:
     wrong = served["root"] / "wrong"
-    wrong.write_text("not-the-key\n")
+    write_secret(wrong, "not-the-key\n")  # mode 600: no warning line about it
     result = served["kit"]("bench", *LOAD, "--api-key-file", str(wrong))
     assert result.returncode == 8, result.stderr
     assert "401 Unauthorized" in result.stderr and len(result.stderr.strip().splitlines()) == 1

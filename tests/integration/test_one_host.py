@@ -2,7 +2,7 @@
 machine"): `kit serve MODEL --gpus G --port P` with no kit.yaml, twice, side by side on the host's
 network with the CPU image, both answering; a third on a port one of them holds is refused before
 anything starts. The CPU engine ignores the GPU selections (--gpus 0 / --gpus 1 stand for the
-guide's 0,1 and 2,3); the GPU overlap refusal is unit-tested (tests/unit/test_one_host.py)."""
+guide's 0,1 and 2,3); the GPU overlap refusal is unit-tested (tests/unit/test_one_host_plan.py)."""
 
 from __future__ import annotations
 

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import requests
 
+from tests.conftest import write_secret
 from tests.integration.clusters import listening, make_kit, two_node_mp_env
 
 SECRET_KEY = "sk-kit-test-" + "9c" * 12
@@ -55,9 +56,9 @@ def served(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iter
     kit = make_kit(state, base_env, outputs)
 
     key = root / "api_key"
-    key.write_text(SECRET_KEY + "\n")
+    write_secret(key, SECRET_KEY + "\n")
     token = root / "hf_token"
-    token.write_text(SECRET_TOKEN + "\n")
+    write_secret(token, SECRET_TOKEN + "\n")
     name = f"ks{os.getpid() % 100000}"
     prep = kit("demo", "--prepare-only", "--json")
     assert prep.returncode == 0, prep.stderr
@@ -138,7 +139,7 @@ def test_both_nodes_serve_the_engine(served: dict[str, Any], docker_client: Any)
 
 def test_wrong_api_key_is_a_clear_error(served: dict[str, Any]) -> None:
     wrong = served["root"] / "wrong_key"
-    wrong.write_text("not-the-key")
+    write_secret(wrong, "not-the-key")  # mode 600: no warning line about it
     result = served["kit"]("query", "--api-key-file", str(wrong))
     assert result.returncode == 8, result.stderr
     assert "401 Unauthorized" in result.stderr and "--api-key-file" in result.stderr

@@ -22,7 +22,7 @@ def no_host_containers(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureR
     """The unit tier never asks this host's container engine what runs on it: a plan's check
     against other clusters' running nodes (kit.cluster.host_share) would otherwise depend on
     whatever another test or user started here. Tests of that check give their own runtime
-    (tests/unit/test_one_host.py, FakeRuntime), or mark themselves `host_nodes` to run an
+    (tests/unit/test_one_host_plan.py, FakeRuntime), or mark themselves `host_nodes` to run an
     adapter's own against a recording fake (tests/unit/test_apptainer.py)."""
     from kit.runtime.apptainer import ApptainerRuntime
     from kit.runtime.docker import DockerRuntime

@@ -76,7 +76,7 @@ CFG = {"config.json": json.dumps({"num_hidden_layers": 2})}
 CASES: list[Case] = [
     # --- 1. values that would reach generated shell: control characters refused up front ----
     c(1, 3, "--model: contains a newline", "slurm", "--model", NL),
-    c(1, 3, "--set: contains a newline", "slurm", "--set", f"model.served_name={NL}"),
+    c(1, 3, "--set model.served_name: contains a newline (at char", "slurm", "--set", f"model.served_name={NL}"),
     c(1, 3, "--job-name: contains a newline", "slurm", "--job-name", "x\n#SBATCH --wrap=id"),
     c(1, 3, "--partition: contains a newline", "slurm", "--partition", "gpu\n$(id)"),
     c(1, 3, "interface: '$(touch PWNED)' is not a valid value", "slurm", "--interface", "$(touch PWNED)"),

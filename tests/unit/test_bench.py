@@ -18,7 +18,7 @@ from kit.bench import dataset, metrics, results, schedule
 from kit.bench.metrics import RequestRecord
 from kit.bench.runner import Runner, SSEBuffer, Target
 from kit.errors import ConfigError
-from tests.conftest import FakeRuntime, make_config, run_kit
+from tests.conftest import FakeRuntime, make_config, run_kit, write_secret
 from tests.unit.fake_stream import FakeVLLM, closed_port_url
 
 # ---------------------------------------------------------------- metrics
@@ -249,7 +249,7 @@ def test_cli_bench_saves_and_compares(fake_server: str, tmp_path: Path) -> None:
 
 @pytest.fixture
 def bench_args(tmp_path: Path, kit_state_dir: Path) -> list[str]:
-    (tmp_path / "key").write_text("sk-test\n")
+    write_secret(tmp_path / "key", "sk-test\n")
     return ["bench", "--api-key-file", str(tmp_path / "key"), "-n", "6", "-c", "1", "--output-len", "4"]
 
 
@@ -261,7 +261,7 @@ def test_cli_unreachable_url_is_one_line_exit_8_and_saves_nothing(bench_args: li
 
 
 def test_cli_wrong_key_is_one_line_exit_8(fake_server: str, bench_args: list[str], tmp_path: Path) -> None:
-    (tmp_path / "key").write_text("not-the-key\n")
+    write_secret(tmp_path / "key", "not-the-key\n")
     code, _, err = run_kit([*bench_args, "--url", fake_server, "-o", str(tmp_path / "r.json")])
     assert code == 8 and err.count("\n") == 1 and "answered 401 Unauthorized" in err, err
     assert "--api-key-file" in err and "not-the-key" not in err
@@ -794,7 +794,7 @@ def test_tune_interrupted_keeps_what_it_measured(
     from kit.cluster import ServeResult
 
     runtime = SlowNodes(ready_s=0)
-    (tmp_path / "key").write_text("sk-test\n")
+    write_secret(tmp_path / "key", "sk-test\n")
     tune_env(
         monkeypatch, tmp_path, runtime, KIT_NODES="1", KIT_GPUS_PER_NODE="1", KIT_API_KEY_FILE=str(tmp_path / "key")
     )

@@ -128,9 +128,16 @@ def test_up_and_serve_warn_about_what_is_open(tmp_path: Path) -> None:
     key, token = tmp_path / "key", tmp_path / "token"
     key.write_text("sk-x")
     token.write_text(TOKEN)
+    key.chmod(0o600)
+    token.chmod(0o600)
     closed = ["--set", f"api_key_file={key}", "--set", f"ray_token_file={token}"]
     code, out, err = run_kit(["up", "--head", "--dry-run", "--json", *base, *closed])
     assert code == 0 and json.loads(out)["result"]["warnings"] == [] and "warning" not in err
+    # A secret file others can read (issue 27): one warning naming the file and the chmod.
+    token.chmod(0o644)
+    code, out, err = run_kit(["up", "--head", "--dry-run", *base, *closed])
+    assert code == 0 and err.count("kit: warning:") == 1, err
+    assert f"ray_token_file {token} is readable by group and others (mode 644): run `chmod 600 {token}`" in err
 
 
 def test_exposures_name_their_check_and_fix() -> None:

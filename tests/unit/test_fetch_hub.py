@@ -1,11 +1,12 @@
 """`kit fetch` against a loopback Hub (tests/infra/hub_server.py) with the real huggingface_hub
 client and real HTTP: the cache layout vLLM reads, the recorded revision, resume after Ctrl-C
 and SIGKILL (bytes counted on the server), gated models and where the token comes from, unknown
-models, a shard cut short by the server or truncated on disk, no space left.
+models, a shard cut short by the server or truncated on disk, a write the kernel refuses.
 
-No Docker: the Hub is a thread of this process (a subprocess runs `kit fetch` where a signal or
-a fresh huggingface_hub import is part of the test). The one stand-in is /dev/full, the kernel's
-own always-full device, for a write that fails with ENOSPC.
+No Docker: the Hub is a thread of this process (a subprocess runs `kit fetch` where a signal, a
+resource limit or a fresh huggingface_hub import is part of the test). A full disk is the
+kernel's file size limit (ulimit -f: EFBIG on the same write path as ENOSPC); no file system
+can be filled here without privileges.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import signal
 import subprocess
 import sys
@@ -200,12 +202,22 @@ def test_kit_reuses_a_snapshot_huggingface_hub_downloaded(hub: HubServer, tmp_pa
 # --------------------------------------------------------------------------- interrupted, resumed
 
 
-def start_fetch(tmp_path: Path, url: str, *args: str, **extra_env: str) -> subprocess.Popen[str]:
+def start_fetch(
+    tmp_path: Path, url: str, *args: str, file_limit: int | None = None, **extra_env: str
+) -> subprocess.Popen[str]:
+    """`kit fetch` in a subprocess; `file_limit`: its RLIMIT_FSIZE (ulimit -f) in bytes."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KIT_", "HF_", "HUGGING_FACE"))}
     env.update(extra_env, HF_ENDPOINT=url, KIT_STATE_DIR=str(tmp_path / "state"), HF_HOME=str(tmp_path / "hf-home"))
     env["PYTHONPATH"] = str(ROOT)
     argv = [sys.executable, "-m", "kit", *fetch_args(tmp_path, *args)]
-    return subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def limit() -> None:
+        if file_limit is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_limit, file_limit))
+
+    return subprocess.Popen(
+        argv, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=limit
+    )
 
 
 def wait_for_size(path: Path, at_least: int, proc: subprocess.Popen[str], timeout: float = 20.0) -> int:
@@ -287,6 +299,7 @@ def test_token_comes_only_from_hf_token_file_and_never_reaches_the_cdn(
 ) -> None:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)  # a token others can read adds a warning line (issue 27)
     monkeypatch.setenv("HF_TOKEN", LEAK)
     rc, _, err = run_kit([*fetch_args(tmp_path, "kit/gated"), "--set", f"hf_token_file={token_file}"])
     assert rc == 0, err
@@ -383,15 +396,102 @@ def test_no_space_before_and_during_the_download(
         rc, _, err = run_kit(fetch_args(tmp_path, "kit/tiny"))
     assert rc == ExitCode.CONFIG and "needs 6.3 MB more" in error_line(err) and "4.1 kB free" in err
     assert not cache(tmp_path).exists()
-    # ENOSPC from the kernel: the biggest shard's partial file is /dev/full
+    # A write the kernel refuses: the file size limit of a kit subprocess (ulimit -f, 1 MiB),
+    # a real EFBIG from the kernel on the same path a full disk (ENOSPC) takes; the shards are
+    # bigger. (Issue 27: kit no longer writes through a link planted at a partial file's name,
+    # the /dev/full stand-in this test used before.)
+    shard = repos["tiny"].files[SHARD_NAMES[0]]
+    blobs = repo_dir(tmp_path, "tiny") / "blobs"
+    limit = 1 << 20
+    proc = start_fetch(tmp_path, hub.url, "kit/tiny", "--workers", "1", file_limit=limit)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == ExitCode.CONFIG, err
+    assert f"file size limit (ulimit -f) reached on {blobs}, writing {SHARD_NAMES[0]}" in error_line(err)
+    assert not (repo_dir(tmp_path, "tiny") / "refs" / "main").exists()
+    assert (blobs / f"{shard.sha256}.incomplete").stat().st_size == limit  # kept for the next run
+    hub.reset_counters()
+    assert run_kit(fetch_args(tmp_path, "kit/tiny"))[0] == 0
+    assert hub.served[SHARD_NAMES[0]] == shard.size - limit  # continued where the limit stopped it
+
+
+# --------------------------------------------------------------------------- a shared cache, a hostile CDN
+
+
+def test_links_planted_at_the_partial_and_lock_names_are_refused(
+    hub: HubServer, repos: dict[str, HubRepo], tmp_path: Path
+) -> None:
+    """Issue 27: in a cache shared with other users, a link at a blob's `.incomplete` would get
+    Hub bytes appended to whatever it points at, one at its `.lock` would create any file."""
     shard = repos["tiny"].files[SHARD_NAMES[0]]
     blobs = repo_dir(tmp_path, "tiny") / "blobs"
     blobs.mkdir(parents=True)
-    (blobs / f"{shard.sha256}.incomplete").symlink_to("/dev/full")
-    rc, _, err = run_kit(fetch_args(tmp_path, "kit/tiny"))
-    assert rc == ExitCode.CONFIG and f"no space left on {blobs}, writing {SHARD_NAMES[0]}" in error_line(err)
-    assert not (repo_dir(tmp_path, "tiny") / "refs" / "main").exists()
+    victim = tmp_path / "victim"
+    victim.write_text("mine\n")
+    (blobs / f"{shard.sha256}.incomplete").symlink_to(victim)
+    rc, _, err = run_kit(fetch_args(tmp_path, "kit/tiny", "--workers", "1"))
+    line = error_line(err)
+    assert rc == ExitCode.CONFIG and f"{shard.sha256}.incomplete is a symbolic link; kit does not write" in line, err
+    assert victim.read_text() == "mine\n"
     (blobs / f"{shard.sha256}.incomplete").unlink()
-    hub.reset_counters()
-    assert run_kit(fetch_args(tmp_path, "kit/tiny"))[0] == 0
-    assert hub.served[SHARD_NAMES[0]] == shard.size
+    locks = cache(tmp_path) / "hub" / ".locks" / "models--kit--tiny"
+    (locks / f"{shard.sha256}.lock").unlink(missing_ok=True)
+    (locks / f"{shard.sha256}.lock").symlink_to(tmp_path / "created-by-kit")
+    rc, _, err = run_kit(fetch_args(tmp_path, "kit/tiny", "--workers", "1"))
+    assert rc == ExitCode.CONFIG and "is a symbolic link" in error_line(err)
+    assert not (tmp_path / "created-by-kit").exists()
+
+
+def test_a_hostile_cdn_is_one_line_within_the_deadline(
+    hub: HubServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Hub's redirect leads to a CDN that sends a gzip bomb, more bytes than the file has,
+    an endless body or headers a byte a second: exit 8 naming the URL, within --timeout (1 s)
+    per request and two tries (kit's five, fewer here to keep the test short)."""
+    from tests.hostile_server import HostileServer
+
+    monkeypatch.setattr(kit_hub, "_RETRIES", 2)
+    monkeypatch.setattr(kit_hub, "_RETRY_WAIT", 0.05)
+    cases = [
+        ("cdn-gzip-bomb", "sent more than 3145856 bytes once decompressed"),
+        ("cdn-gib-body", "announced 1073741824 bytes, more than the 3145856 kit reads"),
+        ("cdn-endless-chunked", "sent more than 3145856 bytes"),
+        ("cdn-drip-headers", "did not answer within 1 s"),
+    ]
+    with HostileServer(max_s=10) as cdn:
+        try:
+            for behaviour, why in cases:
+                hub.cdn_url = cdn.url(behaviour)
+                start = time.monotonic()
+                rc, _, err = run_kit(fetch_args(tmp_path / behaviour, "kit/tiny", "--timeout", "1", "--workers", "1"))
+                took = time.monotonic() - start
+                assert rc == ExitCode.SERVER and cdn.url(behaviour) in error_line(err) and why in err, err
+                assert took < 2 * (1 + 0.05) + 5, took  # two tries of 1 s, and the small files
+        finally:
+            hub.cdn_url = None
+
+
+def test_kit_fetch_against_a_gzip_bomb_stays_small(hub: HubServer, tmp_path: Path) -> None:
+    """The same bomb, `kit fetch` as its own process: exit 8 and a peak RSS the kernel counted
+    (tests/peak_rss.py) far under the README's 256 MB."""
+    from tests.hostile_server import HostileServer
+
+    with HostileServer(max_s=10) as cdn:
+        hub.cdn_url = cdn.url("cdn-gzip-bomb")
+        try:
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("KIT_", "HF_", "HUGGING_FACE"))}
+            env.update(HF_ENDPOINT=hub.url, KIT_STATE_DIR=str(tmp_path / "state"), HF_HOME=str(tmp_path / "hf-home"))
+            env["PYTHONPATH"] = str(ROOT)
+            rss = tmp_path / "rss"
+            argv = [sys.executable, str(ROOT / "tests" / "peak_rss.py"), str(rss), sys.executable, "-m", "kit"]
+            done = subprocess.run(
+                [*argv, *fetch_args(tmp_path, "kit/tiny", "--timeout", "2")],
+                env=env,
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        finally:
+            hub.cdn_url = None
+    assert done.returncode == ExitCode.SERVER and "once decompressed" in error_line(done.stderr), done.stderr
+    assert int(rss.read_text()) < 256 * 1024 * 1024

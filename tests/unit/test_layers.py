@@ -210,3 +210,12 @@ def test_every_in_container_program_is_a_file() -> None:
 
     for name in PROGRAMS:
         compile(program_source(name), name, "exec")
+
+
+def test_test_modules_have_unique_basenames() -> None:
+    """pytest's default import mode keys a test module by its basename (the tiers have no
+    __init__.py): two test_x.py in different tiers stop the whole run at collection, as CI found."""
+    seen: dict[str, Path] = {}
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        assert path.name not in seen, f"{path} and {seen[path.name]} share a basename"
+        seen[path.name] = path

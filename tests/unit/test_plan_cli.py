@@ -395,6 +395,7 @@ def test_fetch_public_model_sends_no_token_without_hf_token_file(hub: FakeHub) -
 
 def test_fetch_refused_token_is_not_echoed(hub: FakeHub, tmp_path: Path) -> None:
     (tmp_path / "hf_token").write_text("hf_wrong_secret\n")
+    (tmp_path / "hf_token").chmod(0o600)  # mode 644 would add a warning line (issue 27)
     hub.serve("org/gated", gated=True)
     code, out, err = run_kit(["plan", "org/gated", "--fetch", "--set", f"hf_token_file={tmp_path / 'hf_token'}"])
     assert code == ExitCode.CONFIG

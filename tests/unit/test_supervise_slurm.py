@@ -111,9 +111,12 @@ def run_launcher(root: Path, text: str, job: str, *, srun_rc: int | None = None)
         USER="alice",
         KIT_STUB_RAY_BLOCK="10",
     )
-    return subprocess.run(
-        ["bash", "-c", text, "kit-test"], env=env, cwd=root, capture_output=True, text=True, timeout=120
-    )
+    # From a file, as sbatch runs it: the launcher carries the supervise bundle, and with it passes
+    # the 128 KiB Linux allows one argv word (the bundle word alone stays under it:
+    # test_supervise_bundle.py).
+    script = root / "launcher.sh"
+    script.write_text(text)
+    return subprocess.run(["bash", str(script)], env=env, cwd=root, capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize("runtime", ["docker", "apptainer"])
