@@ -214,9 +214,7 @@ def run(
         say("[3/5] kit serve: vllm serve across 2 nodes (TP=2), waiting for /health")
         served = demo.serve(on_progress=say)
         say("[4/5] kit status")
-        # The containers only, as before: vLLM's CPU build (0.32.0) dies of SIGILL in its TP
-        # worker when the very first request is kit status's one-token probe (measured here).
-        status = demo.status(ray=False, server=False)
+        status = demo.status(ray=False)
         show(render(status))
         query = ask(served.url, demo.config.api_key_file, prompt, max_tokens)
         say(f"[4/5] kit query: {served.url}/v1/chat/completions")

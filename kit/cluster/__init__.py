@@ -470,9 +470,9 @@ class Cluster:
         )
 
     # ---- looking and cleaning up --------------------------------------------------------
-    def status(self, *, ray: bool = True, server: bool = True, timeout: float = 10) -> StatusResult:
+    def status(self, *, ray: bool = True, timeout: float = 10) -> StatusResult:
         """What runs, looked at within `timeout` seconds in all (issue 25): the containers, the
-        DP engines, the Ray view, the server and supervision (`server`); what could not be
+        DP engines, the Ray view, the server and supervision; what could not be
         reached is named; and the configured values that disagree with what runs (drift)."""
         from kit.cluster.serving_status import status_extras
 
@@ -480,7 +480,7 @@ class Cluster:
         running = self.running()
         config = self.operated(running).config
         result = _status.collect(config, self.runtime, ray=ray, budget=budget)
-        extras = status_extras(config, self.runtime, list(running.nodes), result.ray, budget) if server else {}
+        extras = status_extras(config, self.runtime, list(running.nodes), result.ray, budget)
         record = running.record or {}
         extras["drift"] = [d.to_dict() for d in self.drift(running)]
         extras["started_from"] = (record.get("config") or {}).get("path") if record else None

@@ -199,8 +199,6 @@ def test_day_two_commands_operate_the_cluster_from_a_folder_without_kit_yaml(
     served: dict[str, Any], tmp_path: Path
 ) -> None:
     kit, name = day_two(served, tmp_path), served["name"]
-    # A chat first: vLLM's CPU build dies of SIGILL in its TP worker when the very first request
-    # is kit status's one-token probe (measured; test_two_nodes_answer... does it when run first).
     query = kit("query", "--cluster", name, "--json", "--max-tokens", "3")
     assert query.returncode == 0, query.stderr
     assert json.loads(query.stdout)["result"]["models"] == ["tiny"]

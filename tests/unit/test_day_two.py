@@ -324,9 +324,6 @@ def test_logs_says_when_there_is_nothing_to_show(
     assert none.value.code == 1 and "no head node of cluster dt on this host" in err  # not 6: nothing failed
     Cluster.from_config(cpu_config(cluster="dt")).bring_up()
 
-    class NoFiles(FakeRuntime):
-        pass
-
     rt.exec = lambda node, argv, **_: ExecResult(1, "", "No such file")  # type: ignore[method-assign]
     for args, line in (
         (["logs", "--events"], "no supervisor events: cluster dt is not served under supervision"),
