@@ -48,17 +48,38 @@ def read_records(path: Path, what: str, rewritten_by: str) -> dict[str, Any]:
 def write_record(path: Path, key: str, fields: dict[str, Any], what: str, rewritten_by: str) -> dict[str, Any]:
     """Add (or replace) `key` in a record file: under its lock, the file read again, then
     replaced atomically; the record written, stamped with the time and kit's version."""
-    record: dict[str, Any] = {
-        **fields,
-        "recorded_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "kit_version": __version__,
-    }
-
-    def add(data: dict[str, Any]) -> None:
-        data[key] = safetext.strict(record)  # strict JSON, and no secret ever lands in a record
-
-    _update(path, add, what, rewritten_by)
+    record = update_record(path, key, lambda _: fields, what, rewritten_by)
+    assert record is not None  # fields were given: a record was written
     return record
+
+
+def update_record(
+    path: Path,
+    key: str,
+    build: Callable[[dict[str, Any] | None], dict[str, Any] | None],
+    what: str,
+    rewritten_by: str,
+) -> dict[str, Any] | None:
+    """Replace `key` with `build(its record now)` (None: its record stays as it is), the record
+    read under the file's lock so that two writers on nodes sharing the folder never lose each
+    other's part (issue 25: each node of a cluster adds itself). Returns the record written."""
+    written: dict[str, Any] = {}
+
+    def change(data: dict[str, Any]) -> None:
+        previous = data.get(key)
+        fields = build(previous if isinstance(previous, dict) else None)
+        if fields is None:
+            return
+        record = {
+            **fields,
+            "recorded_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "kit_version": __version__,
+        }
+        data[key] = safetext.strict(record)  # strict JSON, and no secret ever lands in a record
+        written.update(record)
+
+    _update(path, change, what, rewritten_by)
+    return written or None
 
 
 def drop_record(path: Path, key: str, what: str, rewritten_by: str) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from kit.config import Resolved, redacted_value
 from kit.errors import KitError
-from kit.state import drop_record, read_records, state_dir, write_record
+from kit.state import drop_record, read_records, state_dir, update_record
 
 WHAT = "cluster"
 REWRITTEN_BY = "`kit up`"
@@ -42,36 +42,49 @@ def read(cluster: str) -> dict[str, Any] | None:
 def started(settings: Resolved, node: Mapping[str, Any], operating: Mapping[str, Any]) -> dict[str, Any]:
     """Record a node kit just started (`node`: its name, role, rank, IP), with the operating
     values of the cluster (kit.cluster.running.OPERATING_KEYS) and the config it came from. The
-    nodes already recorded for the same cluster stay (the demo's worker, then its head)."""
+    nodes already recorded for the same cluster stay (the demo's worker, then its head; nodes
+    on hosts that share kit's state folder, started at once: the record is read under its lock)."""
     config = settings.config
-    previous = read(config.cluster) or {}
-    nodes = dict(previous.get("nodes") or {}) if previous.get("values") == dict(operating) else {}
-    nodes[str(node["name"])] = {**node, "started_at": _now()}
-    fields = {
-        "cluster": config.cluster,
-        "values": dict(operating),
-        "config": {
-            "path": settings.path,
-            "set": {
-                key: [redacted_value(key, settings.values[key]), source]
-                for key, source in sorted(settings.sources.items())
-                if source != "default"
-            },
+    entry = {**node, "started_at": _now()}
+    configured = {
+        "path": settings.path,
+        "set": {
+            key: [redacted_value(key, settings.values[key]), source]
+            for key, source in sorted(settings.sources.items())
+            if source != "default"
         },
-        "nodes": nodes,
-        "serve": None,  # a node (re)started: whatever served before is gone
     }
-    return write_record(path(), config.cluster, fields, WHAT, REWRITTEN_BY)
+
+    def build(previous: dict[str, Any] | None) -> dict[str, Any]:
+        previous = previous or {}
+        same = previous.get("values") == dict(operating) and isinstance(previous.get("nodes"), dict)
+        nodes = dict(previous["nodes"]) if same else {}
+        nodes[str(node["name"])] = entry
+        return {
+            "cluster": config.cluster,
+            "values": dict(operating),
+            "config": configured,
+            "nodes": nodes,
+            "serve": None,  # a node (re)started: whatever served before is gone
+        }
+
+    record = update_record(path(), config.cluster, build, WHAT, REWRITTEN_BY)
+    assert record is not None  # build always gives one
+    return record
 
 
 def served(cluster: str, *, url: str, supervised: bool) -> None:
     """Record that serving started (kit serve, kit demo): where it answers, supervised or not."""
-    record = read(cluster)
-    if record is None:
-        return  # nodes kit did not start here (another host's, an older kit's): nothing to add to
-    fields = {k: v for k, v in record.items() if k not in ("recorded_at", "kit_version")}
-    fields["serve"] = {"url": url, "supervised": supervised, "started_at": _now()}
-    write_record(path(), cluster, fields, WHAT, REWRITTEN_BY)
+
+    def build(previous: dict[str, Any] | None) -> dict[str, Any] | None:
+        if previous is None:
+            return None  # nodes kit did not start here (another host's, an older kit's): nothing to add to
+        fields = {k: v for k, v in previous.items() if k not in ("recorded_at", "kit_version")}
+        fields["serve"] = {"url": url, "supervised": supervised, "started_at": _now()}
+        return fields
+
+    if read(cluster) is not None:  # an unreadable record is not written over here (kit up rewrites it)
+        update_record(path(), cluster, build, WHAT, REWRITTEN_BY)
 
 
 def forget(cluster: str) -> None:

@@ -115,6 +115,30 @@ def test_record_written_on_up_read_back_and_forgotten_on_down(healthy: None, tmp
     assert found.url() == "http://10.9.8.10:8000"  # the simulation network's head, as recorded
 
 
+def test_nodes_started_at_once_all_stay_in_the_record(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nodes on hosts sharing kit's state folder, started at the same moment: each adds itself
+    under the record's lock, none is lost (read outside the lock, most were)."""
+    import threading
+
+    monkeypatch.setenv("KIT_STATE_DIR", str(tmp_path))
+    resolved = settings(cluster="kr")
+    operating = {"runtime": "docker", "ports.api": 8000}
+    names = [f"kit-kr-worker-{i}" for i in range(8)]
+    gate = threading.Barrier(len(names))
+
+    def start(name: str) -> None:
+        gate.wait()
+        record.started(resolved, {"name": name, "role": "worker"}, operating)
+
+    threads = [threading.Thread(target=start, args=(n,)) for n in names]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    doc = record.read("kr")
+    assert doc is not None and sorted(doc["nodes"]) == sorted(names)
+
+
 def test_record_never_holds_a_secret(tmp_path: Path) -> None:
     rt = FakeRuntime()
     (tmp_path / "k").write_text("sk-test\n")
