@@ -91,6 +91,13 @@ class StartError(KitError):
     exit_code = ExitCode.START
 
 
+class NotFound(KitError):
+    """Nothing to act on: no node of the cluster on this host (`kit logs`), no such job. Exit 1:
+    nothing failed to start (issue 25: `kit logs --events` with no head was exit 6)."""
+
+    exit_code = ExitCode.FAILURE
+
+
 class VerifyFailed(KitError):
     exit_code = ExitCode.VERIFY
 

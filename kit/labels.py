@@ -41,6 +41,16 @@ LAYOUT_FROM = "kit.layout-from"
 SERVED_NAME = "kit.served-name"
 MODEL = "kit.model"
 MAX_MODEL_LEN = "kit.max-model-len"
+# What a later command needs to operate the cluster without the config that started it (issue 25:
+# kit status/query/metrics/logs/bench/down read these back; kit.cluster.running maps them to keys).
+NODES = "kit.nodes"
+GPUS_PER_NODE = "kit.gpus-per-node"
+HEAD_ADDRESS = "kit.head-address"
+API_PORT = "kit.api-port"
+RAY_GCS_PORT = "kit.ray-gcs-port"
+RAY_METRICS_PORT = "kit.ray-metrics-port"
+SUPERVISOR_PORT = "kit.supervisor-port"
+API_KEY_FILE = "kit.api-key-file"  # the key file's path on the host that started the node, never the key
 
 MANAGED_TRUE = "true"
 

@@ -21,12 +21,18 @@ def resolve_target(
 ) -> tuple[Target, str | None]:
     """The server to load (its URL, key and model name, checked with GET /v1/models: an
     unreachable URL or a wrong key is one line and exit 8 before any load is sent)."""
+    from kit.cluster.running import key_hint
     from kit.net import openai as client
 
-    config = cluster.config
-    base = (url or cluster.url()).rstrip("/")
-    key = client.read_key(api_key_file or config.api_key_file)
-    models = client.list_models(base, key, timeout=min(timeout_s, 60.0))
+    running = cluster.running()
+    operated = cluster.operated(running)  # the port, served name and key file it runs with (issue 25)
+    config = operated.config
+    base = (url or cluster.url(list(running.nodes))).rstrip("/")
+    key_file = api_key_file or config.api_key_file
+    key = client.read_key(key_file)
+    source = "flag --api-key-file" if api_key_file else operated.sources["api_key_file"]
+    with key_hint(None if url else cluster.name, key_file, source):
+        models = client.list_models(base, key, timeout=min(timeout_s, 60.0))
     name = model or (models[0]["id"] if models else config.served_name)
     return Target(base_url=base, model=name, api_key=key, ignore_eos=ignore_eos, timeout_s=timeout_s), key
 
@@ -41,12 +47,10 @@ def cluster_info(cluster: Cluster, url: str, server_version: str | None, model: 
     (`kit demo`, --set) is measured as it is."""
     from kit import __version__
 
-    config = cluster.config
+    found = cluster.running()  # no engine here (a laptop against --url): no nodes, the record may say
+    config = cluster.operated(found).config
     versions = {"vllm": server_version, "kit": __version__}
-    try:
-        running = [n for n in cluster.nodes() if n.state == "running"]
-    except Exception:  # no engine here (a laptop against --url): only head_address can say
-        running = []
+    running = [n for n in found.nodes if n.state == "running"]
     if running:
         ours = cluster.url(running) == url
     else:
@@ -63,7 +67,7 @@ def cluster_info(cluster: Cluster, url: str, server_version: str | None, model: 
             "nodes": [],
         }
     head = next((n for n in running if n.role == "head"), None)
-    layout = cluster.layout
+    layout = config.layout
     plan = {
         "tp": layout.tp,
         "pp": layout.pp,

@@ -6,15 +6,23 @@ runtime adapter its nodes run on. The verbs are shims over it: `kit up` plans an
 `url()`; `kit demo` and `kit tune` bring every node of a layout up on this host with
 `bring_up()`, serve, and tear down.
 
-    resolve.py   config -> model facts (read once) -> layout -> checks
+    resolve.py   settings (loaded, never planned) -> model facts (read once) -> layout -> checks
+    running.py   what runs: the nodes' labels and kit's record, drift from the config (issue 25)
+    record.py    kit's record of each cluster started on this host (clusters.json)
     model.py     is the model complete in hf_cache: vLLM offline or not (issue 19)
     nodes.py     one node: host facts, plan, start and wait
     serving.py   `vllm serve` on the serving nodes and the wait for /health
-    status.py    containers, the Ray view, the DP view
+    status.py    containers, the Ray view, the DP view, within one deadline
+
+Two ways in (issue 25): `Cluster.load` for the verbs that start or render something (its plan —
+model facts, sizing, the layout — is computed on first use of `config`/`layout`), and
+`Cluster.find` for the verbs that look or tear down, which operate with what runs
+(`operated()`: the running cluster's values over the settings, never planned).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,7 +31,9 @@ from typing import Any
 
 from kit.cluster import image_facts
 from kit.cluster import nodes as _nodes
+from kit.cluster import record as _record
 from kit.cluster import replicas as _replicas
+from kit.cluster import running as _running
 from kit.cluster import serving as _serving
 from kit.cluster import status as _status
 from kit.cluster import supervised as _supervised
@@ -39,15 +49,17 @@ from kit.cluster.resolve import (
     check_plan,
     check_secret_files,
     ensure_compile_cache,
+    load_settings,
     relayout,
     values_of,
     with_image,
 )
-from kit.cluster.resolve import resolve as _resolve
+from kit.cluster.resolve import plan as plan_settings
+from kit.cluster.running import Drift, Running
 from kit.cluster.serving import ServePlan, ServeResult
-from kit.cluster.status import StatusResult
+from kit.cluster.status import Budget, StatusResult
 from kit.config import KitConfig, Resolved
-from kit.errors import StartError
+from kit.errors import KitError, StartError
 from kit.images.facts import ImageFacts
 from kit.labels import LayoutLabels
 from kit.layout import Layout
@@ -78,12 +90,21 @@ class DownResult:
 
 class Cluster:
     """One configured cluster and its runtime. The runtime adapter is made on first use
-    (kit.runtime.get_runtime), so planning and --dry-run need no container engine."""
+    (kit.runtime.get_runtime), so planning and --dry-run need no container engine; the plan
+    (model facts, sizing, layout) is made on first use too (issue 25)."""
 
-    def __init__(self, resolution: Resolution, runtime: Runtime | None = None) -> None:
-        self.resolution = resolution
+    def __init__(
+        self, resolution: Resolution | Resolved, runtime: Runtime | None = None, *, operating: bool = False
+    ) -> None:
+        self._resolution: Resolution | None = None
+        if isinstance(resolution, Resolution):
+            self._settings, self._resolution = resolution.resolved, resolution
+        else:
+            self._settings = resolution
         self._runtime = runtime
         self._model_cache: ModelCache | None = None
+        # Found to look at or tear down (Cluster.find): the runtime is the one it runs on.
+        self._operating = operating
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -96,8 +117,23 @@ class Cluster:
         cwd: Path | None = None,
         runtime: Runtime | None = None,
     ) -> Cluster:
-        """kit.yaml (or `config_path`), KIT_* and the overrides; the model's config.json read once."""
-        return cls(_resolve(config_path, overrides, environ=environ, cwd=cwd), runtime)
+        """kit.yaml (or `config_path`), KIT_* and the overrides, to start or render the cluster:
+        planned (the model's config.json read once) when `config` or `layout` is first used."""
+        return cls(load_settings(config_path, overrides, environ=environ, cwd=cwd), runtime)
+
+    @classmethod
+    def find(
+        cls,
+        config_path: str | None,
+        overrides: Overrides,
+        *,
+        environ: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
+        runtime: Runtime | None = None,
+    ) -> Cluster:
+        """The cluster the settings name, to look at or tear down (status, query, metrics, logs,
+        bench, down, verify): nothing is planned; what runs is read back (`operated()`)."""
+        return cls(load_settings(config_path, overrides, environ=environ, cwd=cwd), runtime, operating=True)
 
     @classmethod
     def from_config(
@@ -123,6 +159,22 @@ class Cluster:
 
     # ---- what it is ---------------------------------------------------------------------
     @property
+    def name(self) -> str:
+        return self._settings.config.cluster
+
+    @property
+    def settings(self) -> Resolved:
+        """The loaded settings, with where each value came from (never planned)."""
+        return self._settings
+
+    @property
+    def resolution(self) -> Resolution:
+        """The settings planned: the model's facts read once, the layout applied (on first use)."""
+        if self._resolution is None:
+            self._resolution = plan_settings(self._settings)
+        return self._resolution
+
+    @property
     def config(self) -> KitConfig:
         return self.resolution.config
 
@@ -147,8 +199,36 @@ class Cluster:
         if self._runtime is None:
             from kit import runtime
 
-            self._runtime = runtime.get_runtime(self.config)
+            self._runtime = runtime.get_runtime(self._runtime_config())
         return self._runtime
+
+    def _runtime_config(self) -> KitConfig:
+        """The configured runtime; a cluster found to look at runs on the runtime kit recorded
+        when it started it (its nodes are found through it)."""
+        config = self._settings.config
+        if self._operating:
+            recorded = ((_record.read(config.cluster) or {}).get("values") or {}).get("runtime")
+            if recorded in ("docker", "apptainer") and recorded != config.runtime:
+                return config.replace(runtime=recorded)
+        return config
+
+    # ---- what runs (issue 25) -------------------------------------------------------------
+    def running(self) -> Running:
+        """What runs: this host's nodes of the cluster (none where no runtime answers: a laptop)
+        and kit's record of it."""
+        try:
+            nodes = self.nodes()
+        except KitError:
+            nodes = []
+        return _running.read_running(self.name, nodes, _record.read(self.name))
+
+    def operated(self, running: Running | None = None) -> Resolved:
+        """The config to look at or tear down the cluster with: what runs over the settings."""
+        return _running.operated(self._settings, running or self.running())
+
+    def drift(self, running: Running | None = None) -> list[Drift]:
+        """The configured values that disagree with what runs (kit uses what runs)."""
+        return _running.drift(self._settings, running or self.running())
 
     def model_cache(self) -> ModelCache:
         """Is the model complete in hf_cache on this host, hence vLLM offline on the nodes
@@ -174,7 +254,7 @@ class Cluster:
         if self.resolution.image is None and self.config.runtime in ("docker", "apptainer"):
             facts = image_facts.probe(self.runtime.images, self.config.image, say=on_progress)
             resolved = with_image(self.resolution.resolved, facts)
-            self.resolution = apply_layout(resolved, self.resolution.model, facts)
+            self._resolution = apply_layout(resolved, self.resolution.model, facts)
         self.check()
         return self.resolution.image
 
@@ -217,17 +297,32 @@ class Cluster:
         """Start this host's node of `role` (planned unless `plan` is given) and wait for it;
         `notes` are warnings said just before it starts."""
         plan = plan or self.plan_node(role, config=config)
-        ensure_compile_cache(config or self.config, self.sources)
-        return _nodes.start_node(
-            self.runtime,
-            config or self.config,
-            plan.spec,
-            replace=replace,
-            wait=wait,
-            on_progress=on_progress,
-            deadline=deadline,
-            notes=notes,
-        )
+        config = config or self.config
+        ensure_compile_cache(config, self.sources)
+        try:
+            result = _nodes.start_node(
+                self.runtime,
+                config,
+                plan.spec,
+                replace=replace,
+                wait=wait,
+                on_progress=on_progress,
+                deadline=deadline,
+                notes=notes,
+            )
+        except StartError:
+            if self.runtime.state(plan.spec.name) is not None:  # it stays for `kit logs`: recorded
+                self._record_started(config, plan)
+            raise
+        if result.created:
+            self._record_started(config, plan)
+        return result
+
+    def _record_started(self, config: KitConfig, node: NodePlan) -> None:
+        """kit's record of the cluster on this host (issue 25): what a later command needs."""
+        entry = {"name": node.spec.name, "role": node.spec.role.kind, "rank": node.spec.role.rank, "ip": node.net.ip}
+        operating = _running.operating_values(config, node.net.head_address)
+        _record.started(self.resolved, entry, operating)
 
     def bring_up(
         self,
@@ -255,7 +350,7 @@ class Cluster:
 
     def nodes(self) -> list[NodeHandle]:
         """This cluster's nodes on this host (head first)."""
-        return self.runtime.find_nodes(self.config.cluster)
+        return self.runtime.find_nodes(self.name)
 
     # ---- serving ------------------------------------------------------------------------
     def plan_serve(self) -> ServePlan:
@@ -284,21 +379,34 @@ class Cluster:
         if router_mode(self.config) and not supervised:
             for note in notes:
                 on_progress(f"warning: {note}")
-            return _replicas.serve_replicas(
+            result = _replicas.serve_replicas(
                 self.config, self.runtime, replace=replace, deadline=deadline, on_progress=on_progress, env=env
             )
+            _record.served(self.name, url=result.url, supervised=False)
+            return result
         if supervised and router_mode(self.config):
             for note in notes:
                 on_progress(f"warning: {note}")
-            return _supervised_replicas.serve_replicas_supervised(
+            result = _supervised_replicas.serve_replicas_supervised(
                 self.config, self.runtime, replace=replace, on_progress=on_progress, on_event=on_event, serve_env=env
             )
+            _record.served(self.name, url=result.url, supervised=True)
+            return result
         if supervised:
             for note in notes:
                 on_progress(f"warning: {note}")
-            return _supervised.serve_supervised(
+            # What --timeout (timeouts.ready) bounds under supervision: each start (issue 25).
+            cfg = self.config
+            on_progress(
+                f"supervised: each start has {cfg.timeouts.ready} s to answer /health (timeouts.ready, --timeout); "
+                f"a failed start is restarted, at most {cfg.supervise.max_restarts} time(s) in a row "
+                f"(so up to {cfg.supervise.max_restarts + 1} starts), then kit gives up (exit 6)"
+            )
+            result = _supervised.serve_supervised(
                 self.config, self.runtime, replace=replace, on_progress=on_progress, on_event=on_event, serve_env=env
             )
+            _record.served(self.name, url=result.url, supervised=True)
+            return result
         nodes = self.nodes()
         targets = _serving.serving_nodes(self.config, nodes)
         for note in notes:
@@ -316,6 +424,7 @@ class Cluster:
             # node, so nothing comes up later behind the user's back (issue 18).
             _serving.stop(self.runtime, targets)
             raise
+        _record.served(self.name, url=url, supervised=False)
         return ServeResult(
             url, self.config.served_name, [n.name for n in targets], round(time.monotonic() - started, 1)
         )
@@ -350,14 +459,14 @@ class Cluster:
         )
 
     def url(self, nodes: list[NodeHandle] | None = None) -> str:
-        """The server's URL: this host's head container's node IP, else head_address, else
-        loopback. Without a container engine here (a laptop) the configured address."""
+        """The server's URL: this host's head container's node IP and the API port it was started
+        with, else the head's address as recorded or configured, else loopback. Without a
+        container engine here (a laptop) the recorded or configured address."""
         if nodes is None:
-            try:
-                nodes = self.nodes()
-            except Exception:  # no runtime on this host: fall back to the configured address
-                nodes = []
-        return _serving.head_url(self.config, nodes)
+            running = self.running()
+            return _serving.head_url(self.operated(running).config, list(running.nodes))
+        running = _running.read_running(self.name, nodes, _record.read(self.name))
+        return _serving.head_url(self.operated(running).config, nodes)
 
     def served_layout(self, nodes: list[NodeHandle] | None = None) -> LayoutLabels | None:
         """The layout the running nodes were started with (their labels), None without one."""
@@ -383,17 +492,34 @@ class Cluster:
         )
 
     # ---- looking and cleaning up --------------------------------------------------------
-    def status(self, *, ray: bool = True) -> StatusResult:
-        return _status.collect(self.config, self.runtime, ray=ray)
+    def status(self, *, ray: bool = True, timeout: float = 10) -> StatusResult:
+        """What runs, looked at within `timeout` seconds in all (issue 25): the containers, the
+        DP engines, the Ray view, the server and supervision; what could not be
+        reached is named; and the configured values that disagree with what runs (drift)."""
+        from kit.cluster.serving_status import status_extras
+
+        budget = Budget(timeout)
+        running = self.running()
+        config = self.operated(running).config
+        result = _status.collect(config, self.runtime, ray=ray, budget=budget)
+        extras = status_extras(config, self.runtime, list(running.nodes), result.ray, budget)
+        record = running.record or {}
+        extras["drift"] = [d.to_dict() for d in self.drift(running)]
+        extras["started_from"] = (record.get("config") or {}).get("path") if record else None
+        extras["api_key_file"] = config.api_key_file
+        return dataclasses.replace(result, extras=extras, unreached=list(budget.unreached))
 
     def ray_nodes(self, head: NodeHandle, nodes: list[NodeHandle], *, timeout: float = 4) -> list[dict[str, Any]]:
         """Ray's view of the nodes, asked inside the head, merged with the containers here."""
-        return _status.merge_views(_status.ray_view(self.runtime, head, self.config.ports.ray_gcs, timeout), nodes)
+        gcs = self.operated(_running.read_running(self.name, nodes, _record.read(self.name))).config.ports.ray_gcs
+        return _status.merge_views(_status.ray_view(self.runtime, head, gcs, timeout), nodes)
 
     def down(self) -> DownResult:
-        """Remove every container and network of the cluster on this host (by label)."""
-        removed = self.runtime.remove_cluster(self.config.cluster)
-        return DownResult(self.config.cluster, removed.get("containers", []), removed.get("networks", []))
+        """Remove every container and network of the cluster on this host (by label), and kit's
+        record of it. Needs nothing but the cluster's name: never planned (issue 25)."""
+        removed = self.runtime.remove_cluster(self.name)
+        _record.forget(self.name)
+        return DownResult(self.name, removed.get("containers", []), removed.get("networks", []))
 
 
 __all__ = ["Cluster", "DownResult", "ModelCache", "NodePlan", "ServePlan", "ServeResult", "StatusResult", "UpResult"]

@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from kit.config import KitConfig
-from kit.errors import StartError
+from kit.errors import ImageError, StartError
 from kit.net import interfaces as netinfo
 from kit.plan.network import HostFacts, NodeNet
 from kit.plan.node import ContainerSpec
 from kit.plan.scripts import JOINED_MARK, READY_MARK
+from kit.render import shell_words
 from kit.runtime.base import Runtime
 
 Progress = Callable[[str], None]
@@ -85,6 +86,12 @@ def start_node(
     if state == "running" and not replace:
         on_progress(f"{spec.name} is already running (use --replace to recreate it)")
         return UpResult(spec.name, "running", created=False)
+    # Every refusal before the first word of starting and before a running node is replaced
+    # (issue 25: "starting ..." was printed, then the missing image refused).
+    if runtime.images.image_info(spec.image) is None:
+        raise ImageError(
+            f"image {spec.image} is not on this host", hint=f"run `{shell_words(['kit', 'pull', spec.image])}` first"
+        )
     if state is not None:
         runtime.remove(spec.name)
     if config.network and config.runtime == "docker":

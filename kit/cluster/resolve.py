@@ -1,7 +1,13 @@
 """From kit.yaml (and KIT_*, flags) to a config every planner can use, in one order:
 
-    load (kit.config) -> absolutize host paths -> the model's facts (its config.json, read ONCE)
-    -> the layout (kit.plan.layout, the only place `auto` is decided) -> the plan checks
+    load_settings: load (kit.config) -> absolutize host paths -> the release kit recorded
+    plan: the model's facts (its config.json, read ONCE) -> the layout (kit.plan.layout, the only
+          place `auto` is decided) -> the plan checks
+
+Loading is not planning (issue 25): every verb loads its settings the one way (load_settings,
+with where each value came from); only the verbs that start or render something (up, serve,
+slurm, tune, demo, verify) plan, and kit.cluster.Cluster plans lazily, on first use. A model
+kit cannot size therefore never stops a look or a teardown.
 
 The model's facts are read once per command and kept (Resolution.model), so `kit tune` can plan
 each of its layouts without reading the files again.
@@ -58,6 +64,25 @@ class Resolution:
         return self.resolved.values
 
 
+def load_settings(
+    config_path: str | None,
+    overrides: Overrides,
+    *,
+    environ: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Resolved:
+    """The settings of every verb (layers: defaults < file < KIT_* < overrides), host paths
+    absolute: no model file is read, nothing is planned."""
+    return recorded_version(absolutize(load_config(config_path, environ=environ, overrides=overrides, cwd=cwd)))
+
+
+def plan(resolved: Resolved) -> Resolution:
+    """Loaded settings planned: the image's recorded facts (issue 24) and the model's facts read
+    once, the layout applied."""
+    image = find_image_facts(resolved.config.image)
+    return apply_layout(with_image(resolved, image), read_model_facts(resolved.config), image)
+
+
 def resolve(
     config_path: str | None,
     overrides: Overrides,
@@ -65,11 +90,8 @@ def resolve(
     environ: Mapping[str, str] | None = None,
     cwd: Path | None = None,
 ) -> Resolution:
-    """Load the config (layers: defaults < file < KIT_* < overrides), then apply the layout."""
-    resolved = recorded_version(absolutize(load_config(config_path, environ=environ, overrides=overrides, cwd=cwd)))
-    image = find_image_facts(resolved.config.image)
-    model = read_model_facts(resolved.config)
-    return apply_layout(with_image(resolved, image), model, image)
+    """Load the settings, then plan them (the verbs that start or render something)."""
+    return plan(load_settings(config_path, overrides, environ=environ, cwd=cwd))
 
 
 def find_image_facts(ref: str) -> ImageFacts | None:

@@ -11,20 +11,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from kit.config import KitConfig
-from kit.errors import ConfigError, StartError
+from kit.errors import ConfigError, KitError, StartError
 from kit.plan.replicas import router_mode
 from kit.plan.roles import Role
 from kit.plan.router import router_url
 from kit.plan.scripts import SERVE_LOG, serve_script
 from kit.runtime.base import NodeHandle, Runtime
+from kit.supervise.cause import first_error
+from kit.supervise.procs import previous_log
 
 SERVE_DIR = "/tmp/kit"
 PID_FILE = f"{SERVE_DIR}/serve.pid"
 SERVE_SCRIPT = f"{SERVE_DIR}/serve.sh"  # the script `kit serve` runs (kept for a person to read)
 # Writes the rendered serve script into the container and starts it in the background, its
 # output in SERVE_LOG. The script arrives as $1: nothing is interpolated into this command.
+# Each run's log is its own (issue 25): the previous run's is kept as serve.prev.log.
 LAUNCH = (
     f'mkdir -p {SERVE_DIR} && printf "%s" "$1" > {SERVE_SCRIPT} && '
+    f"{{ ! test -f {SERVE_LOG} || mv -f {SERVE_LOG} {previous_log(SERVE_LOG)}; }} && "
     f"(nohup bash {SERVE_SCRIPT} > {SERVE_LOG} 2>&1 & echo $! > {PID_FILE})"
 )
 # The pid must also still be a serve process: a pid file kept by a restarted container names a
@@ -147,19 +151,28 @@ def serving_nodes(config: KitConfig, nodes: Sequence[NodeHandle]) -> list[NodeHa
 
 
 def log_tail(runtime: Runtime, node: NodeHandle, lines: int = 25) -> list[str]:
-    out = runtime.exec(node, ["tail", "-n", str(lines), SERVE_LOG]).stdout
+    out = runtime.exec(node, ["tail", "-n", str(lines), SERVE_LOG], timeout=30).stdout
     return [ln for ln in out.splitlines() if ln.strip()]
+
+
+def failure_cause(runtime: Runtime, node: NodeHandle) -> str:
+    """'; first error: ...' from this run's serve log (kit.supervise.cause), or ''."""
+    try:
+        found = first_error(runtime.exec(node, ["head", "-n", "5000", SERVE_LOG], timeout=30).stdout.splitlines())
+    except KitError:
+        return ""
+    return f"; first error: {found}" if found else ""
 
 
 def alive(runtime: Runtime, node: NodeHandle) -> bool:
     """Is `vllm serve` (started by kit serve) running in the node's container?"""
-    return runtime.exec(node, ["bash", "-c", ALIVE]).returncode == 0
+    return runtime.exec(node, ["bash", "-c", ALIVE], timeout=30).returncode == 0
 
 
 def stop(runtime: Runtime, targets: Sequence[NodeHandle]) -> None:
     """Stop the serve process group on every target (nothing there: nothing happens)."""
     for node in targets:
-        runtime.exec(node, ["bash", "-c", STOP])
+        runtime.exec(node, ["bash", "-c", STOP], timeout=60)
 
 
 def stop_running(
@@ -187,7 +200,7 @@ def stop_running(
                 )
             if stale:
                 on_progress(f"{node.name}: stopping a stale vllm serve (its head is gone, nothing answers)")
-            runtime.exec(node, ["bash", "-c", STOP])
+            runtime.exec(node, ["bash", "-c", STOP], timeout=60)
 
 
 def launch(
@@ -231,9 +244,10 @@ def wait_healthy(
         if now >= next_check:  # the processes and the log every 2 s; /health every 0.5 s
             next_check = now + 2
             for node in targets:
-                if runtime.exec(node, ["bash", "-c", ALIVE]).returncode != 0:
+                if runtime.exec(node, ["bash", "-c", ALIVE], timeout=30).returncode != 0:
                     raise StartError(
-                        f"vllm serve exited in {node.name} before the server became healthy",
+                        f"vllm serve exited in {node.name} before the server became healthy"
+                        + failure_cause(runtime, node),
                         details=log_tail(runtime, node),
                         hint="see `kit logs --serve` and `kit diagnose`; fix, then `kit serve --replace`",
                     )

@@ -6,11 +6,13 @@ supervision in a SLURM job's output. Data only: kit/commands/status.py renders i
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from kit.cluster import supervision as host
+from kit.cluster.status import Budget
 from kit.config import KitConfig
 from kit.errors import KitError
 from kit.plan.replicas import router_mode
@@ -21,18 +23,26 @@ from kit.supervise import events
 # ---- kit status ---------------------------------------------------------------------------------
 
 
-def server_status(config: KitConfig, url: str) -> dict[str, Any]:
+def server_status(config: KitConfig, url: str, deadline_s: float = 10) -> dict[str, Any]:
     """Is the model served? /health and every engine's /metrics, and a one-token request pinned to
     each idle engine (a stopped engine keeps /health at 200: kit/health/liveness.py's docstring).
-    `serving` is True only when every engine the plan expects is serving or idle-and-answering."""
+    `serving` is True only when every engine the plan expects is serving or idle-and-answering.
+    Every request shares `deadline_s` (issue 25)."""
     from kit.health import liveness, observe
 
+    end = time.monotonic() + deadline_s
     try:
-        observation, _ = observe.observe(url, deadline_s=5)
+        # /health and /metrics, each connect and read bounded by a quarter of it
+        observation, _ = observe.observe(url, deadline_s=max(0.5, deadline_s / 4))
         probes = []
         for engine in liveness.idle_engines(observation):
+            left = end - time.monotonic()
+            if left < 0.5:
+                break  # the engines not probed are judged from /metrics alone
             probes.append(
-                observe.probe(url, config.served_name, engine=engine, api_key_file=config.api_key_file, deadline_s=5)
+                observe.probe(
+                    url, config.served_name, engine=engine, api_key_file=config.api_key_file, deadline_s=left / 2
+                )
             )
     except KitError as err:
         return {"url": url, "serving": False, "state": "unknown", "reason": err.message, "engines": []}
@@ -50,13 +60,13 @@ def server_status(config: KitConfig, url: str) -> dict[str, Any]:
     }
 
 
-def supervision_status(runtime: Runtime, head: NodeHandle) -> dict[str, Any] | None:
+def supervision_status(runtime: Runtime, head: NodeHandle, timeout: float = 15) -> dict[str, Any] | None:
     """The coordinator's state and a summary of its events, or None when this cluster was never
     supervised from this head."""
-    state = host.read_state(runtime, head)
+    state = host.read_state(runtime, head, timeout=timeout / 2)
     if state is None:
         return None
-    summary = events.summary(host.read_events(runtime, head))
+    summary = events.summary(host.read_events(runtime, head, timeout=timeout / 2))
     return {
         "active": state["alive"],
         "phase": state.get("phase"),
@@ -80,26 +90,49 @@ def missing_ray_nodes(config: KitConfig, ray_nodes: Sequence[dict[str, Any]], lo
 
 
 def status_extras(
-    config: KitConfig, runtime: Runtime, nodes: Sequence[NodeHandle], ray_nodes: Sequence[dict[str, Any]] | None
+    config: KitConfig,
+    runtime: Runtime,
+    nodes: Sequence[NodeHandle],
+    ray_nodes: Sequence[dict[str, Any]] | None,
+    budget: Budget | None = None,
 ) -> dict[str, Any]:
     """What `kit status` adds to its result: `server` (liveness, once a server was started in the
     head: its serve script is there), `supervise` (when it was ever supervised) and, with Ray,
-    `ray_missing` (the planned nodes the Ray cluster does not show alive)."""
+    `ray_missing` (the planned nodes the Ray cluster does not show alive). Within `budget`: a
+    look that does not fit is named in budget.unreached (issue 25)."""
     from kit.cluster.serving import SERVE_SCRIPT, head_url
 
+    budget = budget or Budget(30)
     out: dict[str, Any] = {}
     head = next((n for n in nodes if n.role == "head" and n.state == "running"), None)
+    url = head_url(config, list(nodes))
+    seconds = budget.take(3, f"the server's files in {head.name}") if head is not None else None
+    served = False
     try:
-        served = head is not None and runtime.exec(head, ["test", "-f", SERVE_SCRIPT], timeout=15).returncode == 0
-        if served and head is not None and router_mode(config):
-            out.update(replicas_status(config, runtime, nodes))
-        elif served and head is not None:
-            out["server"] = server_status(config, head_url(config, list(nodes)))
-            supervise = supervision_status(runtime, head)
-            if supervise is not None:
-                out["supervise"] = supervise
+        if head is not None and seconds is not None:
+            served = runtime.exec(head, ["test", "-f", SERVE_SCRIPT], timeout=seconds).returncode == 0
     except KitError as err:  # the head stopped or is restarting while kit looked: say so, show the rest
         out["server"] = {"url": None, "serving": False, "state": "unknown", "reason": err.message, "engines": []}
+        budget.miss(f"{head.name if head else 'the head'}: {err.message}")
+    if served and head is not None and router_mode(config):
+        seconds = budget.take(10, "the router and its replicas")
+        if seconds is not None:
+            out.update(replicas_status(config, runtime, nodes, deadline_s=seconds / 2))
+    elif served and head is not None:
+        seconds = budget.take(6, f"the server at {url}")
+        if seconds is not None:
+            out["server"] = server_status(config, url, seconds)
+            if not out["server"]["serving"] and out["server"]["state"] in ("unknown", "api-down"):
+                budget.miss(f"the server at {url}: {out['server']['reason']}")
+        seconds = budget.take(4, f"the supervisor in {head.name}")
+        if seconds is not None:
+            try:
+                supervise = supervision_status(runtime, head, seconds)
+            except KitError as err:
+                budget.miss(f"the supervisor in {head.name}: {err.message}")
+                supervise = None
+            if supervise is not None:
+                out["supervise"] = supervise
     if ray_nodes is not None:
         missing = missing_ray_nodes(config, ray_nodes, nodes)
         if missing:
@@ -107,7 +140,9 @@ def status_extras(
     return out
 
 
-def replicas_status(config: KitConfig, runtime: Runtime, nodes: Sequence[NodeHandle]) -> dict[str, Any]:
+def replicas_status(
+    config: KitConfig, runtime: Runtime, nodes: Sequence[NodeHandle], *, deadline_s: float = 10
+) -> dict[str, Any]:
     """Router replicas (issue 29): the router's view (its container, the replicas it routes to and
     its health of each), each local replica's own liveness (as `server` is for one server), and
     `server`: the endpoint serves when the router answers and routes to a serving replica."""
@@ -117,7 +152,7 @@ def replicas_status(config: KitConfig, runtime: Runtime, nodes: Sequence[NodeHan
     one = config.replace(planned=dataclasses.replace(config.layout, dp=1))  # each replica: one engine
     for row in view["replicas"]:
         if row["url"]:
-            row["server"] = server_status(one, row["url"])
+            row["server"] = server_status(one, row["url"], deadline_s)
     serving = [r for r in view["replicas"] if r["routed"] and r["healthy"] and r.get("server", {}).get("serving")]
     reason = None
     if not view["answers"]:

@@ -1,18 +1,24 @@
 """What runs: the cluster's containers on this host, the Ray view of every node (with the IP each
 registered against its VLLM_HOST_IP), and which data-parallel engines live. `kit status`,
-`kit demo` and `kit verify` read it through kit.cluster.Cluster."""
+`kit demo` and `kit verify` read it through kit.cluster.Cluster.
+
+Every look has a deadline (issue 25): one Budget for the whole status (10 s by default), each
+step taking at most its share; a step that fails or finds the budget spent is named in
+`unreached`, and the rest is still shown.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import json
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from kit.config import KitConfig
-from kit.errors import StartError
+from kit.errors import KitError, StartError
 from kit.labels import LayoutLabels
 from kit.output import table
 from kit.resources import program_source
@@ -30,10 +36,35 @@ _ENGINE_RE = re.compile(r"^VLLM::EngineCore_DP(\d+)$", re.MULTILINE)
 _RAY_ENGINE_RE = re.compile(r"^ray::(?:DPMoE)?EngineCoreActor$", re.MULTILINE)
 
 
-def alive_dp_ranks(runtime: Runtime, node: NodeHandle) -> tuple[list[int], int]:
+class Budget:
+    """The time one `kit status` may take, shared by its steps: `take(cap)` is a step's deadline
+    (at most `cap` and what is left), None once less than a second is left; what could not be
+    looked at is noted in `unreached`, one line each."""
+
+    def __init__(self, seconds: float, clock: Any = time.monotonic) -> None:
+        self.seconds = seconds
+        self.clock = clock
+        self.end = clock() + seconds
+        self.unreached: list[str] = []
+
+    def left(self) -> float:
+        return float(self.end - self.clock())
+
+    def take(self, cap: float, what: str) -> float | None:
+        left = self.left()
+        if left < 1.0:
+            self.miss(f"{what}: not asked, the {self.seconds:g} s of kit status were spent (--timeout)")
+            return None
+        return min(cap, left)
+
+    def miss(self, line: str) -> None:
+        self.unreached.append(line)
+
+
+def alive_dp_ranks(runtime: Runtime, node: NodeHandle, timeout: float = 15) -> tuple[list[int], int]:
     """The DP ranks whose engine process runs in this node's container, and the number of
     engine processes found (Ray engine actors carry no rank)."""
-    out = runtime.exec(node, ["bash", "-c", ENGINE_SCAN], timeout=15).stdout
+    out = runtime.exec(node, ["bash", "-c", ENGINE_SCAN], timeout=timeout).stdout
     ranks = sorted({int(m) for m in _ENGINE_RE.findall(out)})
     return ranks, len(ranks) + len(_RAY_ENGINE_RE.findall(out))
 
@@ -110,6 +141,11 @@ class StatusResult:
     # The layout the head was started with (its labels): shown to people; the JSON document keeps
     # the keys it had before issue 17.
     layout: LayoutLabels | None = field(default=None, compare=False)
+    # What could not be looked at within the deadline, or failed, one line each (issue 25).
+    unreached: list[str] = field(default_factory=list)
+    # What kit.cluster.Cluster.status adds: the server, supervision, missing Ray nodes
+    # (kit.cluster.serving_status), drift, the config the cluster was started from.
+    extras: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -121,7 +157,8 @@ class StatusResult:
             out["dp"] = self.dp.to_dict()
         if self.ray_error is not None:
             out["ray_error"] = self.ray_error
-        return out
+        out["unreached"] = list(self.unreached)
+        return {**out, **self.extras}
 
 
 def started_layout(nodes: Sequence[NodeHandle]) -> LayoutLabels | None:
@@ -133,8 +170,10 @@ def started_layout(nodes: Sequence[NodeHandle]) -> LayoutLabels | None:
     return None
 
 
-def collect(config: KitConfig, runtime: Runtime, *, ray: bool = True) -> StatusResult:
-    """The cluster's containers on this host, its DP engines and (Ray backend) the Ray view."""
+def collect(config: KitConfig, runtime: Runtime, *, ray: bool = True, budget: Budget | None = None) -> StatusResult:
+    """The cluster's containers on this host, its DP engines and (Ray backend) the Ray view, each
+    look within `budget` (10 s when None)."""
+    budget = budget or Budget(10)
     nodes = runtime.find_nodes(config.cluster)
     containers = [
         ContainerRow(n.name, n.role, n.rank, n.state, n.ip, n.image, n.image_digest, uptime(n.started_at))
@@ -147,36 +186,63 @@ def collect(config: KitConfig, runtime: Runtime, *, ray: bool = True) -> StatusR
     router = layout.layout.router if layout is not None else config.layout.router
     view = None
     if dp > 1 and not router:
-        view = DPView(dp, dp_local, config.backend, dp_view(config, runtime, nodes, dp_local))
+        view = DPView(dp, dp_local, config.backend, dp_view(config, runtime, nodes, dp_local, budget))
     head = next((n for n in nodes if n.role == "head" and n.state == "running"), None)
     ray_nodes, ray_error = None, None
     if ray and head is not None and config.backend == "ray":
-        try:
-            ray_nodes = merge_views(ray_view(runtime, head, config.ports.ray_gcs), nodes)
-        except StartError as err:
-            ray_error = err.message
-    return StatusResult(config.cluster, containers, ray_nodes, view, ray_error, layout)
+        seconds = budget.take(6, f"the Ray view in {head.name}")
+        if seconds is not None:
+            try:
+                ray_nodes = merge_views(ray_view(runtime, head, config.ports.ray_gcs, seconds), nodes)
+            except KitError as err:
+                ray_error = err.message
+                budget.miss(f"Ray in {head.name}: {err.message}")
+    return StatusResult(config.cluster, containers, ray_nodes, view, ray_error, layout, budget.unreached)
 
 
-def dp_view(config: KitConfig, runtime: Runtime, nodes: Sequence[NodeHandle], dp_local: int) -> list[DPNode]:
+def dp_view(
+    config: KitConfig, runtime: Runtime, nodes: Sequence[NodeHandle], dp_local: int, budget: Budget | None = None
+) -> list[DPNode]:
     """Per local node: the DP ranks the plan puts there (mp: node rank × DP ranks per node …) and
     which of them have a live engine. With the Ray DP backend Ray places the ranks: none expected."""
+    budget = budget or Budget(60)
     rows = []
     for node in sorted(nodes, key=lambda n: n.rank):
         expected = list(range(node.rank * dp_local, (node.rank + 1) * dp_local)) if config.backend == "mp" else []
-        alive, engines = alive_dp_ranks(runtime, node) if node.state == "running" else ([], 0)
+        alive: list[int] = []
+        engines = 0
+        seconds = budget.take(3, f"the engines in {node.name}") if node.state == "running" else None
+        if seconds is not None:
+            try:
+                alive, engines = alive_dp_ranks(runtime, node, seconds)
+            except KitError as err:
+                budget.miss(f"the engines in {node.name}: {err.message}")
         rows.append(DPNode(node.name, node.rank, expected, alive, engines, [r for r in expected if r not in alive]))
     return rows
 
 
 def ray_view(runtime: Runtime, head: NodeHandle, gcs_port: int, timeout: float = 4) -> list[dict[str, Any]]:
-    result = runtime.exec(head, ["python3", "-c", program_source("cluster/ray_view.py"), str(gcs_port), str(timeout)])
+    """Ray's node list, asked inside the head within `timeout` seconds in all (the program gets
+    what is left after starting Python and joining Ray for its per-node tasks)."""
+    inner = max(1.0, timeout - 3)
+    argv = ["python3", "-c", program_source("cluster/ray_view.py"), str(gcs_port), f"{inner:g}"]
+    result = runtime.exec(head, argv, timeout=timeout)
     for line in result.stdout.splitlines():
         if line.startswith("KIT_JSON "):
             nodes: list[dict[str, Any]] = json.loads(line[len("KIT_JSON ") :])
             for node in nodes:
                 node["ip_matches"] = node["vllm_host_ip"] == node["ip"] if node["alive"] else None
             return nodes
+        if line.startswith("KIT_NO_RAY "):
+            raise StartError(
+                f"no Ray in {head.name}: {line[len('KIT_NO_RAY ') :][:200]}",
+                hint="see `kit logs --role head`; `kit up --head --replace` starts it again",
+            )
+    if result.returncode in (124, 137):
+        raise StartError(
+            f"Ray in {head.name} did not answer within {timeout:.0f} s",
+            hint="is the head overloaded? raise `kit status --timeout`, or see `kit logs --role head`",
+        )
     tail = (result.stderr or result.stdout).strip().splitlines()[-5:]
     raise StartError(
         "cannot read the Ray view from the head", details=tail, hint="is the head ready? see `kit logs --role head`"
@@ -284,8 +350,6 @@ def render(result: StatusResult) -> str:
                 ],
             )
         )
-    if doc.get("ray_error"):
-        out.append(f"Ray: {doc['ray_error']}")
     return "\n".join(out)
 
 

@@ -94,7 +94,9 @@ def follow_supervised(config: KitConfig, runtime: Runtime, *, on_event: Callable
     resume hook): the coordinator may be silent for up to timeouts.join before that is an error."""
 
     def head() -> NodeHandle | None:
-        return next((n for n in runtime.find_nodes(config.cluster) if n.role == "head"), None)
+        nodes = runtime.find_nodes(config.cluster)
+        _revive(runtime, nodes, on_event)
+        return next((n for n in nodes if n.role == "head"), None)
 
     first = head()
     if first is None or not serving_nodes(config, [first]):
@@ -131,3 +133,17 @@ def follow_supervised(config: KitConfig, runtime: Runtime, *, on_event: Callable
                     hint="was the head container removed? `kit status`, `kit logs --events`",
                 )
         time.sleep(1.0)
+
+
+def _revive(runtime: Runtime, nodes: list[NodeHandle], on_event: Callable[[events.Event], None]) -> None:
+    """While kit follows the supervision, a node container of the group that exited (`docker
+    kill`, `docker stop`: what Docker's restart policy leaves down) is started again, so the group
+    recovers instead of waiting for someone to start it (issue 25). Its entrypoint resumes its
+    agent; the coordinator restarts the group."""
+    for node in nodes:
+        if node.state in ("exited", "created") and runtime.revive(node.name):
+            on_event(
+                events.Event(
+                    time.time(), "node-started", f"kit started {node.name} again (it had exited)", 0, 0, node=None
+                )
+            )

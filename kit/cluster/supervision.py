@@ -71,11 +71,11 @@ def launch(runtime: Runtime, node: NodeHandle) -> dict[str, int]:
     )
 
 
-def read_state(runtime: Runtime, head: NodeHandle) -> dict[str, Any] | None:
+def read_state(runtime: Runtime, head: NodeHandle, *, timeout: float = 15) -> dict[str, Any] | None:
     """The coordinator's state.json, with `alive` (it was rewritten in the last few seconds)."""
     if head.state != "running":
         return None
-    result = runtime.exec(head, ["cat", f"{RUN_DIR}/state.json"], timeout=15)
+    result = runtime.exec(head, ["cat", f"{RUN_DIR}/state.json"], timeout=timeout)
     if result.returncode != 0:
         return None
     try:
@@ -88,11 +88,11 @@ def read_state(runtime: Runtime, head: NodeHandle) -> dict[str, Any] | None:
     return doc
 
 
-def read_events(runtime: Runtime, head: NodeHandle, *, start: int = 0) -> list[events.Event]:
+def read_events(runtime: Runtime, head: NodeHandle, *, start: int = 0, timeout: float = 15) -> list[events.Event]:
     """Events from line `start` (0-based) of the head's events.jsonl."""
     if head.state != "running":
         return []
-    result = runtime.exec(head, ["tail", "-n", f"+{start + 1}", f"{RUN_DIR}/events.jsonl"], timeout=15)
+    result = runtime.exec(head, ["tail", "-n", f"+{start + 1}", f"{RUN_DIR}/events.jsonl"], timeout=timeout)
     return events.parse_lines(result.stdout.splitlines()) if result.returncode == 0 else []
 
 

@@ -20,7 +20,7 @@ from kit.cluster import Cluster
 from kit.commands._options import cluster_overrides, config_options, json_option, load_options
 from kit.commands._params import KitCommand, Url, readable, writable
 from kit.errors import UsageError
-from kit.output import emit, progress
+from kit.output import emit, progress, warn
 
 
 def has_matplotlib() -> bool:
@@ -111,18 +111,20 @@ def command(
     writable(None if no_save else output, "--output")  # and an unwritable output file
     writable(plot_path, "--plot")
     readable(api_key_file, "--api-key-file")
-    measured = Cluster.load(config_path, cluster_overrides(cluster, set_values))
+    measured = Cluster.find(config_path, cluster_overrides(cluster, set_values))
+    if url is None:  # the cluster that runs is measured as it runs (issue 25)
+        warn([d.line(measured.name) for d in measured.drift()], as_json=as_json)
     target, key = resolve_target(
         measured, url, api_key_file, model, ignore_eos=flags["ignore_eos"], timeout_s=flags["request_timeout"]
     )
     if keep_going:
         target = dataclasses.replace(target, keep_going=True)
-    save_to = None if no_save else (output or results.default_path(state_dir(), measured.config.cluster))
+    save_to = None if no_save else (output or results.default_path(state_dir(), measured.name))
     doc = run(measured, target, key, load, save_to, as_json=as_json)
     if plot_path:
         from kit.bench.plot import plot
 
-        plot([doc], [measured.config.cluster], plot_path)
+        plot([doc], [measured.name], plot_path)
     summary = {**doc, "saved_to": str(save_to) if save_to else None, "plot": str(plot_path) if plot_path else None}
 
     def text() -> str:

@@ -16,7 +16,7 @@ import click
 import kit.runtime as runtimes
 from kit import resources, validate
 from kit.cluster.images import build_image
-from kit.cluster.resolve import resolve
+from kit.cluster.resolve import load_settings
 from kit.commands._options import config_options, json_option, overrides_from
 from kit.commands._params import KitCommand
 from kit.errors import ConfigError, UsageError
@@ -107,7 +107,9 @@ def command(
     as_json: bool,
 ) -> None:
     flags = {"runtime": runtime, "cluster": cluster}
-    resolved = resolve(config_path, overrides_from(flags, {"runtime": "runtime", "cluster": "cluster"}, set_values))
+    resolved = load_settings(
+        config_path, overrides_from(flags, {"runtime": "runtime", "cluster": "cluster"}, set_values)
+    )
     config = resolved.config
     name = name or ("cpu" if config.accelerator == "cpu" else "vllm")
     if name == "ray" and base_image is None:

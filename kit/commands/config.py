@@ -6,12 +6,13 @@ from typing import Any
 
 import click
 
-from kit.cluster.resolve import resolve
+from kit.cluster.resolve import load_settings, plan
 from kit.commands._options import cluster_overrides, config_options, json_option
 from kit.commands._params import KitGroup
-from kit.config import redacted_value
+from kit.config import Resolved, redacted_value
 from kit.config.schema import SCHEMA
-from kit.output import emit, table
+from kit.errors import KitError
+from kit.output import emit, table, warn
 
 
 @click.group(name="config", cls=KitGroup)
@@ -25,12 +26,17 @@ def command() -> None:
 def show(config_path: str | None, cluster: str | None, set_values: tuple[str, ...], as_json: bool) -> None:
     """Print every key with its resolved value and its source (default, FILE:LINE, env KIT_X, flag).
 
-    Secrets are never shown: kit only knows the paths of the files that hold them.
+    Secrets are never shown: kit only knows the paths of the files that hold them. model.tp/pp/dp
+    left `auto` show what kit's planner decides (with the model's files when they are here); a
+    model it cannot plan (its weights do not fit model.gpu_memory) leaves them `auto`, with a
+    warning that says why: the config is always shown.
     """
-    resolved = resolve(config_path, cluster_overrides(cluster, set_values)).resolved
+    resolved, why = planned(load_settings(config_path, cluster_overrides(cluster, set_values)))
+    warn([why] if why else [], as_json=as_json)
     rows = [(key, redacted_value(key, value), source) for key, value, source in resolved.show()]
     result: dict[str, Any] = {
         "path": resolved.path,
+        "plan_error": why,
         "values": {k: {"value": v, "source": s, "help": SCHEMA[k].help} for k, v, s in rows},
     }
     emit(
@@ -42,6 +48,14 @@ def show(config_path: str | None, cluster: str | None, set_values: tuple[str, ..
             + table(["key", "value", "source"], [(k, _fmt(v), s) for k, v, s in rows])
         ),
     )
+
+
+def planned(settings: Resolved) -> tuple[Resolved, str | None]:
+    """The settings with the planner's layout, or as loaded and why it cannot be planned."""
+    try:
+        return plan(settings).resolved, None
+    except KitError as err:
+        return settings, f"model.tp/pp/dp stay as configured: the layout cannot be planned: {err.message}"
 
 
 def _fmt(value: Any) -> str:

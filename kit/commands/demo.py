@@ -96,8 +96,13 @@ def command(
     result: dict[str, Any] = {"cluster": demo.config.cluster, **{k: prepared[k] for k in STATES}}
     show = (lambda _: None) if as_json else out
     result.update(run(demo, prompt, max_tokens, keep=keep, gpus=gpus, say=say, show=show))
+    result["api_key_file"] = demo.config.api_key_file  # where the key is, never the key (issue 25)
     if keep:
-        say(f"[5/5] left running (--keep): kit status --cluster {cluster}; kit down --cluster {cluster}")
+        # kit records the running cluster (its port, model, key file): these work from any folder.
+        say(
+            f"[5/5] left running (--keep): kit status --cluster {cluster}; kit query --cluster {cluster}; "
+            f"kit down --cluster {cluster} (its API key is in {demo.config.api_key_file})"
+        )
     else:
         say("[5/5] kit down")
         demo.down()

@@ -31,7 +31,9 @@ def command(
         done = get_job_control().cancel(slurm_job, on_progress=lambda line: progress(line, as_json=as_json))
         emit("down", {"slurm": done.to_dict()}, as_json=as_json, text=done.render)
         return
-    down = Cluster.load(config_path, cluster_overrides(cluster, set_values)).down()
+    # Only the name (and the runtime kit recorded): nothing is planned, so a model kit cannot size
+    # never stops a teardown (issue 25).
+    down = Cluster.find(config_path, cluster_overrides(cluster, set_values)).down()
     emit(
         "down",
         down.to_dict(),

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from kit.cluster.resolve import resolve
+from kit.cluster.resolve import load_settings
 from kit.commands._options import cluster_overrides, config_options, json_option
 from kit.commands._params import KitCommand, Number
 from kit.config import KitConfig
@@ -97,7 +97,7 @@ def command(
     set_values: tuple[str, ...],
     as_json: bool,
 ) -> None:
-    resolved = resolve(config_path, cluster_overrides(cluster, set_values)).resolved
+    resolved = load_settings(config_path, cluster_overrides(cluster, set_values))  # never planned (issue 25)
     config = resolved.config
     repo = (
         check_repo_id(model, source="argument MODEL")

@@ -1,4 +1,4 @@
-"""`kit logs`: a node container's output, or the server's log inside it."""
+"""`kit logs`: a node container's output, or the server's log inside it, or the supervisor's events."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import time
 
 import click
 
-from kit.cluster.resolve import resolve
+from kit.cluster import Cluster
 from kit.commands._options import cluster_overrides, config_options
 from kit.commands._params import Count, KitCommand
-from kit.errors import ConfigError, StartError
-from kit.output import out
+from kit.commands._signals import sigterm_as_interrupt
+from kit.errors import ConfigError, NotFound
+from kit.output import out, progress
 from kit.plan.scripts import SERVE_LOG
-from kit.runtime import get_runtime
 from kit.runtime.base import ContainerRuntime, NodeHandle
 
 
@@ -35,48 +35,79 @@ def command(
     cluster: str | None,
     set_values: tuple[str, ...],
 ) -> None:
-    """Show a node's logs (the Ray/entrypoint output), or with --serve the vLLM server's log, or
-    with --events the supervisor's events (detected, why, restarted, ready again, given up)."""
+    """Show a node's logs (the Ray/entrypoint output), or with --serve the vLLM server's log (this
+    run's: each start, and each restart under supervision, begins a new one), or with --events
+    the supervisor's events (detected, why, restarted, ready again, given up; they live in the
+    head). Needs only the cluster's name: no kit.yaml, whatever the model (issue 25). When there
+    is nothing to show it says so; no node of the cluster on this host is exit 1."""
     if tail != "all" and not (tail.isascii() and tail.isdigit() and len(tail) <= 9):
         raise ConfigError(f"{tail[:20]!r} is not a line count", key="--tail", hint="pass a number of lines, or all")
-    resolved = resolve(config_path, cluster_overrides(cluster, set_values))
-    runtime = get_runtime(resolved.config)
-    nodes = [
-        n for n in runtime.find_nodes(resolved.config.cluster) if n.role == role and (rank is None or n.rank == rank)
-    ]
+    found = Cluster.find(config_path, cluster_overrides(cluster, set_values))
+    runtime = found.runtime
+    role = "head" if events_log else role  # the coordinator and its events live in the head
+    nodes = [n for n in found.nodes() if n.role == role and (rank is None or n.rank == rank)]
     if not nodes:
-        raise StartError(
-            f"no {role} node of cluster {resolved.config.cluster} on this host",
-            hint="check `kit status`, or pass --cluster/--role/--rank",
+        where = "the supervisor's events live in the head container; " if events_log else ""
+        raise NotFound(
+            f"no {role} node of cluster {found.name} on this host",
+            hint=f"{where}`kit status --cluster {found.name}` lists its nodes; run kit logs on the host that runs it",
         )
     node = nodes[0]
     n_tail: int | str = tail if tail == "all" else int(tail)
-    if events_log:  # issue 18: the head's events.jsonl, one line per event
-        from kit.cluster.supervision import events_text
+    with sigterm_as_interrupt():
+        if events_log:
+            _events(found, runtime, node, None if tail == "all" else int(tail))
+        elif serve_log:
+            _serve_log(runtime, node, tail, follow=follow)
+        elif follow:
+            for chunk in runtime.follow_logs(node.name, tail=n_tail):
+                out(chunk, nl=False, raw=True)
+        else:
+            text = runtime.logs(node.name, tail=n_tail)
+            out(text, nl=False, raw=True)
+            if not text:
+                progress(f"{node.name} has printed nothing ({node.state})")
 
-        out(events_text(runtime, node, None if tail == "all" else int(tail)), nl=False)
+
+def _events(found: Cluster, runtime: ContainerRuntime, head: NodeHandle, tail: int | None) -> None:
+    """The coordinator's events, or one line saying why there are none."""
+    from kit.cluster.supervision import events_text, read_state
+
+    text = events_text(runtime, head, tail)
+    if text:
+        out(text, nl=False)
         return
-    if serve_log:
-        argv = ["tail", "-n", "+1" if tail == "all" else str(tail), SERVE_LOG]
-        if follow:
-            _follow_file(runtime, node)
-            return
-        result = runtime.exec(node, argv)
-        out(result.stdout, nl=False, raw=True)
+    if read_state(runtime, head) is None:
+        progress(
+            f"no supervisor events: cluster {found.name} is not served under supervision in {head.name} "
+            "(`kit serve --supervise` starts it; `kit logs --serve` shows the server's log)"
+        )
+    else:
+        progress(f"no supervisor events yet in {head.name}")
+
+
+def _serve_log(runtime: ContainerRuntime, node: NodeHandle, tail: str, *, follow: bool) -> None:
+    argv = ["tail", "-n", "+1" if tail == "all" else str(tail), SERVE_LOG]
+    result = runtime.exec(node, argv, timeout=30)
+    if result.returncode != 0:
+        progress(f"no server log in {node.name}: `kit serve` has not run there since it started")
         return
+    out(result.stdout, nl=False, raw=True)
     if follow:
-        for chunk in runtime.follow_logs(node.name, tail=n_tail):
-            out(chunk, nl=False, raw=True)
-        return
-    out(runtime.logs(node.name, tail=n_tail), nl=False, raw=True)
+        _follow_file(runtime, node, result.stdout.count("\n") if tail == "all" else None)
 
 
-def _follow_file(runtime: ContainerRuntime, node: NodeHandle) -> None:
-    """Poll the server log inside the container (works the same for every runtime)."""
-    seen = 0
+def _follow_file(runtime: ContainerRuntime, node: NodeHandle, seen: int | None) -> None:
+    """Poll the server log inside the container (works the same for every runtime), from the
+    end of what was shown (a rotated log starts over)."""
+    if seen is None:
+        seen = int(runtime.exec(node, ["bash", "-c", f"wc -l < {SERVE_LOG}"], timeout=30).stdout.strip() or 0)
     while True:
-        text = runtime.exec(node, ["tail", "-n", f"+{seen + 1}", SERVE_LOG]).stdout
+        time.sleep(1)
+        total = runtime.exec(node, ["bash", "-c", f"wc -l < {SERVE_LOG}"], timeout=30).stdout.strip()
+        if total.isdigit() and int(total) < seen:
+            seen = 0  # a new run's log
+        text = runtime.exec(node, ["tail", "-n", f"+{seen + 1}", SERVE_LOG], timeout=30).stdout
         if text:
             out(text, nl=False, raw=True)
             seen += text.count("\n")
-        time.sleep(1)

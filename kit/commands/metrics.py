@@ -22,7 +22,7 @@ from kit.errors import ConfigError, KitError
 from kit.health import observe
 from kit.health import prometheus as metrics
 from kit.health.liveness import plan_engines
-from kit.output import emit, out, table
+from kit.output import emit, out, table, warn
 from kit.plan.replicas import router_mode
 from kit.runtime.base import NodeHandle
 from kit.safe import files as safefile
@@ -84,13 +84,15 @@ def command(
       kit metrics --interval 10 --json
       kit metrics --prometheus /etc/prometheus/kit/$(hostname).json
     """
-    served = Cluster.load(config_path, cluster_overrides(cluster, set_values))
-    config = served.config
     if url is not None:
         _check_url(url)
     if prometheus_file not in (None, "-"):
         _writable(prometheus_file)  # before anything is asked of the runtime (issue 16)
-    nodes = _local_nodes(served)
+    served = Cluster.find(config_path, cluster_overrides(cluster, set_values))
+    running = served.running()  # no runtime here (a laptop): none, and the record or the config says
+    config = served.operated(running).config  # its ports, backend and layout as it runs (issue 25)
+    warn([d.line(served.name) for d in served.drift(running)], as_json=as_json)
+    nodes = list(running.nodes)
     if prometheus_file is not None:
         _write_targets(config, nodes, prometheus_file, as_json=as_json)
         return
@@ -198,14 +200,6 @@ def render(result: dict[str, Any]) -> str:
 
 def _num(value: float | None, fmt: str) -> str:
     return "-" if value is None else fmt.format(value)
-
-
-def _local_nodes(cluster: Cluster) -> list[NodeHandle]:
-    """The cluster's node containers on this host; none where no runtime answers (a laptop)."""
-    try:
-        return cluster.nodes()
-    except KitError:
-        return []
 
 
 def _head_ip(config: KitConfig, nodes: list[NodeHandle]) -> str | None:

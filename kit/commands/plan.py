@@ -9,9 +9,9 @@ from typing import Any
 import click
 
 from kit import sizing
+from kit.cluster.resolve import load_settings
 from kit.commands._options import overrides_from
 from kit.commands._params import KitCommand
-from kit.config import load_config
 from kit.errors import ConfigError, UsageError
 from kit.output import emit, table
 
@@ -448,5 +448,5 @@ def _check_counts(values: dict[str, tuple[int | None, int]]) -> None:
 
 def _hf_token_file(config_path: str | None, set_values: tuple[str, ...]) -> str | None:
     """hf_token_file from the resolved configuration (kit.yaml < KIT_* < --set), for --fetch."""
-    resolved = load_config(config_path, overrides=overrides_from({}, {}, set_values))
+    resolved = load_settings(config_path, overrides_from({}, {}, set_values))
     return resolved.config.hf_token_file

@@ -13,7 +13,7 @@ import click
 
 import kit.runtime as runtimes
 from kit.cluster.images import pull_image
-from kit.cluster.resolve import resolve
+from kit.cluster.resolve import load_settings
 from kit.commands._options import config_options, json_option, overrides_from
 from kit.commands._params import KitCommand
 from kit.images.records import images_file
@@ -58,8 +58,11 @@ def command(
     as_json: bool,
 ) -> None:
     flags = {"runtime": runtime, "cluster": cluster}
-    resolved = resolve(config_path, overrides_from(flags, {"runtime": "runtime", "cluster": "cluster"}, set_values))
-    config = resolved.config
+    # The image and the runtime only: loaded, never planned (issue 25: a model kit cannot size
+    # must not stop a pull).
+    config = load_settings(
+        config_path, overrides_from(flags, {"runtime": "runtime", "cluster": "cluster"}, set_values)
+    ).config
     ref = config.image if image is None else image  # an empty IMAGE was refused, never replaced
     store = runtimes.get_image_store(config)
     plan = store.plan_pull(ref)  # a malformed reference is refused here, before anything runs

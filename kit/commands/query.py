@@ -9,11 +9,12 @@ from typing import Any
 import click
 
 from kit.cluster import Cluster
+from kit.cluster.running import key_hint
 from kit.commands._options import cluster_overrides, config_options, json_option
 from kit.commands._params import Count, KitCommand, Number, Url, readable
 from kit.errors import UsageError
 from kit.net import openai as client
-from kit.output import emit, out
+from kit.output import emit, out, warn
 from kit.render import shell_words
 from kit.safe import text as safetext
 
@@ -94,9 +95,13 @@ def command(
     """List models (/v1/models) and send one chat completion (/v1/chat/completions); print the
     answer, latency and tokens/s.
 
+    It asks the cluster that runs at the port and with the key file it was started with (its
+    labels and kit's record), so `kit query --cluster demo` works from any folder.
+
     \b
     Examples:
       kit query
+      kit query --cluster demo
       kit query --prompt "What is NCCL?" --max-tokens 64 --stream
       kit query --system "Answer in French." --prompt "What is in this picture?" --image cat.png
       kit query --url http://127.0.0.1:8000 --api-key-file ~/.kit/api_key
@@ -104,9 +109,12 @@ def command(
     """
     readable(api_key_file, "--api-key-file")
     picture = client.image_url(image) if image else None  # read and checked before any request
-    target = Cluster.load(config_path, cluster_overrides(cluster, set_values))
-    config = target.config
-    base = (url or target.url()).rstrip("/")
+    target = Cluster.find(config_path, cluster_overrides(cluster, set_values))
+    running = target.running()
+    operated = target.operated(running)  # the cluster's port, served name and key file (issue 25)
+    config = operated.config
+    warn([d.line(target.name) for d in target.drift(running)], as_json=as_json)
+    base = (url or target.url(list(running.nodes))).rstrip("/")
     if tunnel:
         login = login_host or config.tunnel.login_host
         port = ssh_port or config.tunnel.ssh_port
@@ -114,8 +122,14 @@ def command(
         text = tunnel_hint(base, login, ssh_port=port)
         emit("query", {"url": base, "tunnel": shell_words(argv)}, as_json=as_json, text=text)
         return
-    key = client.read_key(api_key_file or config.api_key_file)
-    models = client.list_models(base, key, timeout=timeout)
+    key_file = api_key_file or config.api_key_file
+    key = client.read_key(key_file)
+    with key_hint(
+        None if url else target.name,
+        key_file,
+        "flag --api-key-file" if api_key_file else operated.sources["api_key_file"],
+    ):
+        models = client.list_models(base, key, timeout=timeout)
     name = model or (models[0]["id"] if models else config.served_name)
     # What the server streams is printed as it comes, secrets and control characters out (a
     # secret cut between two pieces too: the redactor holds back a few characters).

@@ -61,7 +61,12 @@ FLAG_KEYS = {
 @click.option("--served-name", help="Name clients use (config: model.served_name).")
 @click.option("--max-model-len", type=int, help="Context length (config: model.max_model_len).")
 @click.option("--port", type=int, help="API port (config: ports.api).")
-@click.option("--timeout", type=int, help="Seconds to wait for /health (config: timeouts.ready).")
+@click.option(
+    "--timeout",
+    type=int,
+    help="Seconds to wait for /health (config: timeouts.ready). With --supervise: each start's "
+    "deadline (a start not healthy in time is a failure, restarted up to supervise.max_restarts times).",
+)
 @click.option("--replace", is_flag=True, help="Stop a running server first.")
 @click.option(
     "--supervise",

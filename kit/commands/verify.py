@@ -21,7 +21,7 @@ from kit.verify.latency import LATENCY_METHODS
 from kit.verify.policy import EXPECTS
 from kit.verify.report import VerifyResult, junit_xml, raise_if_failed, render_text
 
-RAY_VIEW_TIMEOUT_S = 15.0
+RAY_VIEW_TIMEOUT_S = 25.0  # in all: starting Python, joining Ray, a task per node (issue 25)
 
 if TYPE_CHECKING:
     from kit.config import KitConfig
@@ -220,13 +220,14 @@ def command(
             collective=not no_collective,
         )
     else:
-        flags = {"cluster": cluster, "nodes": expected_nodes, "gpus_per_node": gpus_per_node, "model": model}
-        mapping = {"cluster": "cluster", "nodes": "nodes", "gpus_per_node": "gpus_per_node", "model": "model.id"}
-        probed = Cluster.load(config_path, overrides_from(flags, mapping, set_values))
+        # The cluster that runs, as it runs (its labels and kit's record: issue 25); --nodes,
+        # --gpus-per-node and --model are what to expect of it, checked against the probes.
+        probed = Cluster.find(config_path, overrides_from({"cluster": cluster}, {"cluster": "cluster"}, set_values))
+        expected = {"nodes": expected_nodes, "gpus_per_node": gpus_per_node, "model": model}
         if collective_kind is None:
-            spec = dataclasses.replace(spec, collectives=collectives_for(probed.config))
+            spec = dataclasses.replace(spec, collectives=collectives_for(operated_config(probed, expected)))
         progress(f"verify: probing the nodes of cluster {probed.config.cluster}", as_json=as_json)
-        result = verify_cluster(probed, expect, spec, collective=not no_collective)
+        result = verify_cluster(probed, expect, spec, collective=not no_collective, expected=expected)
     if junit_path:
         try:
             safefile.write_atomic(junit_path, junit_xml(result))
@@ -266,12 +267,33 @@ def collectives_for(config: KitConfig) -> tuple[str, ...]:
     return ("all-reduce", "all-to-all") if config.model.ep else ("all-reduce",)
 
 
-def verify_cluster(cluster: Cluster, expect: str, spec: CollectiveSpec, *, collective: bool = True) -> VerifyResult:
-    """Cluster mode from the resolved config: its nodes, GPUs per node, accelerator, model and
-    ports; the Ray view (registered IPs) through the cluster layer, as `kit status` reads it."""
+def operated_config(cluster: Cluster, expected: Mapping[str, Any]) -> KitConfig:
+    """The config the cluster runs with (kit.cluster.running), with what the flags expect of it."""
+    config = cluster.operated().config
+    if expected.get("nodes") is not None:
+        config = config.replace(nodes=expected["nodes"])
+    if expected.get("gpus_per_node") is not None:
+        config = config.replace(gpus_per_node=expected["gpus_per_node"])
+    if expected.get("model") is not None:
+        config = config.replace(model=dataclasses.replace(config.model, id=expected["model"]))
+    return config
+
+
+def verify_cluster(
+    cluster: Cluster,
+    expect: str,
+    spec: CollectiveSpec,
+    *,
+    collective: bool = True,
+    expected: Mapping[str, Any] | None = None,
+) -> VerifyResult:
+    """Cluster mode from what runs: its nodes, GPUs per node, accelerator, model and ports (the
+    nodes' labels and kit's record; `expected` holds what --nodes/--gpus-per-node/--model
+    expect instead); the Ray view (registered IPs) through the cluster layer, as `kit status`
+    reads it."""
     from kit.verify import runner
 
-    config = cluster.config
+    config = operated_config(cluster, expected or {})
 
     def view(head: NodeHandle, nodes: Sequence[NodeHandle]) -> list[dict[str, Any]]:
         # Runs while the nodes are probed; a node that just joined must first start a Ray worker

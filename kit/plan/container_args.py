@@ -28,6 +28,8 @@ from kit.plan.node import ContainerSpec, Mount
 from kit.plan.paths import API_KEY_PATH, COMPILE_CACHE, HF_HOME, HF_TOKEN_PATH, RAY_TOKEN_PATH
 from kit.render import positional
 
+RESTART_POLICY = "unless-stopped"
+
 
 def to_docker_kwargs(spec: ContainerSpec, *, foreground: bool = False) -> dict[str, Any]:
     """Keyword arguments for docker-py's `containers.run`, as plain data (the adapter turns the
@@ -47,6 +49,11 @@ def to_docker_kwargs(spec: ContainerSpec, *, foreground: bool = False) -> dict[s
     }
     if foreground:
         kwargs["auto_remove"] = True
+    else:
+        # A node whose container dies (its main process killed, OOM, the engine restarted) is
+        # started again by Docker (issue 25); `docker stop`/`docker kill`/`kit down` are final.
+        # Under SLURM (foreground) the job's requeue is the restart.
+        kwargs["restart_policy"] = {"Name": RESTART_POLICY}
     if spec.network == "host":
         kwargs["network_mode"] = "host"
     else:
@@ -89,6 +96,8 @@ def docker_run_argv(kw: Mapping[str, Any]) -> list[str]:
     argv += ["--detach"] if kw["detach"] else []
     argv += ["--rm"] if kw.get("auto_remove") else []
     argv += ["--init"] if kw.get("init") else []
+    if kw.get("restart_policy"):
+        argv.append(f"--restart={kw['restart_policy']['Name']}")
     argv.append(f"--name={kw['name']}")
     if "network_mode" in kw:
         argv.append(f"--network={kw['network_mode']}")

@@ -88,9 +88,28 @@ def node_labels(config: KitConfig, role: Role, net: NodeNet) -> dict[str, str]:
         labels.IMAGE: config.image,
         labels.VERSION: __version__,
         **layout.to_labels(),
+        **operating_labels(config, net),
         **({labels.HOST_PORTS: ports_label(held)} if held else {}),
         **({labels.GPUS: gpus} if gpus else {}),
     }
+
+
+def operating_labels(config: KitConfig, net: NodeNet) -> dict[str, str]:
+    """What a later command needs to reach and operate the cluster with no config at hand (issue
+    25): its size, the head's address, its ports and where its API key file is (a path: the key
+    itself never leaves its file)."""
+    out = {
+        labels.NODES: str(config.nodes),
+        labels.GPUS_PER_NODE: str(config.gpus_per_node),
+        labels.HEAD_ADDRESS: net.head_address,
+        labels.API_PORT: str(config.ports.api),
+        labels.RAY_GCS_PORT: str(config.ports.ray_gcs),
+        labels.RAY_METRICS_PORT: str(config.ports.ray_metrics_export),
+        labels.SUPERVISOR_PORT: str(config.ports.supervisor),
+    }
+    if config.api_key_file:
+        out[labels.API_KEY_FILE] = config.api_key_file
+    return out
 
 
 def node_env(config: KitConfig, role: Role, net: NodeNet) -> dict[str, str]:

@@ -58,8 +58,11 @@ def plan_supervise(config: KitConfig) -> dict[str, Any]:
         "serve_script": SERVE_SCRIPT,
         "serve_log": SERVE_LOG,
         "pid_file": PID_FILE,
-        # An agent stops its group on its own after this long without its coordinator.
+        # An agent stops its group on its own after this long without its coordinator, and exits
+        # (its node no longer resumes supervision) after this long: longer than a head restart
+        # and the coordinator's wait for its nodes (issue 25).
         "orphan_s": max(60, 2 * config.timeouts.liveness),
+        "abandon_s": max(60, 2 * config.timeouts.liveness) + config.timeouts.join + 60,
         "grace_s": GRACE_S,
     }
 

@@ -49,6 +49,9 @@ from kit.plan.node import ContainerSpec
 from kit.render import shell_quote
 from kit.runtime import files
 from kit.runtime.base import (
+    EXEC_GRACE_S,
+    EXEC_MARK,
+    EXEC_TIMEOUT_S,
     BuildPlan,
     BuildResult,
     ContainerRuntime,
@@ -61,6 +64,9 @@ from kit.runtime.base import (
     Progress,
     PullPlan,
     PullResult,
+    bounded_argv,
+    end_exec_argv,
+    new_exec_mark,
 )
 from kit.safe import files as safefile
 from kit.safe import text as safetext
@@ -497,9 +503,21 @@ class ApptainerRuntime(ContainerRuntime, ImageStore):
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
     ) -> ExecResult:
-        result = self._run(
-            ["exec", f"instance://{node.name}", *argv], check=False, timeout=timeout, container_env=env or {}
-        )
+        limit = EXEC_TIMEOUT_S if timeout is None else timeout
+        mark = new_exec_mark()
+        try:
+            result = self._run(
+                ["exec", f"instance://{node.name}", *bounded_argv(argv, limit)],
+                check=False,
+                timeout=limit + EXEC_GRACE_S,
+                container_env={**(env or {}), EXEC_MARK: mark},
+            )
+        except BaseException:
+            # Interrupted, or the client outlived the deadline: end what it started in the
+            # instance, as the Docker adapter does (issue 25).
+            with contextlib.suppress(Exception):
+                self._run(["exec", f"instance://{node.name}", *end_exec_argv(mark)], check=False, timeout=EXEC_GRACE_S)
+            raise
         return ExecResult(returncode=result.returncode, stdout=result.stdout, stderr=result.stderr)
 
     def exec_detached(self, node: NodeHandle, argv: Sequence[str]) -> None:

@@ -17,12 +17,14 @@ never probe for features: a runtime that cannot do something says so from the me
 from __future__ import annotations
 
 import abc
+import secrets
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from kit.errors import UsageError
+from kit.errors import RuntimeUnavailable, UsageError
 
 if TYPE_CHECKING:
     from kit.images.build import ContextPlan
@@ -248,6 +250,63 @@ class ImageStore(abc.ABC):
         )
 
 
+# ---- commands run inside containers: bounded there, and ended when kit goes away (issue 25) ----
+
+EXEC_TIMEOUT_S = 120.0  # the deadline of an exec whose caller names none
+EXEC_GRACE_S = 5.0  # the client waits this much longer than the in-container deadline
+EXEC_MARK = "KIT_EXEC_ID"  # in the environment of every process one exec starts
+# `docker exec` does not end the process it started when its client goes away (Ctrl-C, a
+# timeout), so the deadline is kept inside the container: coreutils `timeout` (SIGTERM, then
+# SIGKILL 2 s later, to the process group it makes) when the image has it. $1 is the deadline;
+# the command follows as words (nothing is interpolated).
+BOUNDED = 't="$1"; shift; if command -v timeout >/dev/null 2>&1; then exec timeout -k 2 "$t" "$@"; fi; exec "$@"'
+# Ends every process of one exec, found by the mark in its environment (children inherit it), so
+# an interrupted kit leaves nothing behind: $1 is the mark's value (kit's own hex).
+END_EXEC = (
+    'for d in /proc/[0-9]*; do grep -qsaF "$1" "$d/environ" && kill -KILL "${d#/proc/}" 2>/dev/null; done; exit 0'
+)
+
+
+def new_exec_mark() -> str:
+    """A value for EXEC_MARK unique to one exec (fixed length: no mark is a prefix of another)."""
+    return secrets.token_hex(12)
+
+
+def bounded_argv(argv: Sequence[str], timeout_s: float) -> list[str]:
+    """`argv` run under a deadline of `timeout_s` seconds inside the container."""
+    return ["sh", "-c", BOUNDED, "kit-exec", f"{max(1.0, timeout_s):.0f}", *argv]
+
+
+def end_exec_argv(mark: str) -> list[str]:
+    """The command that ends every process of the exec marked `mark`."""
+    return ["sh", "-c", END_EXEC, "kit-end-exec", f"{EXEC_MARK}={mark}"]
+
+
+def call_within(call: Callable[[], Any], seconds: float, what: str) -> Any:
+    """`call()` in a thread, waited for at most `seconds`: a blocked engine socket cannot hold kit
+    past its deadline (the in-container deadline ends the command itself). Ctrl-C interrupts the
+    wait (the thread is a daemon: it does not keep kit alive)."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # handed to the waiting thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name=f"kit-exec-{what}", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        raise RuntimeUnavailable(
+            f"the container engine did not answer within {seconds:.0f} s ({what})",
+            hint="is it overloaded or stuck? (`docker info`)",
+        )
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
 # ---- containers ------------------------------------------------------------------------------
 
 
@@ -280,7 +339,11 @@ class ContainerRuntime(abc.ABC):
         env: Mapping[str, str] | None = None,
         timeout: float | None = None,
     ) -> ExecResult:
-        """Run argv inside the node's container and wait for it."""
+        """Run argv inside the node's container and wait for it, at most `timeout` seconds
+        (EXEC_TIMEOUT_S when None): the deadline holds inside the container (bounded_argv), and
+        an exec that is interrupted or outlives it is ended there (end_exec_argv), so no process
+        of it is left behind (issue 25). Past the deadline the result's returncode is 124 or 137
+        (coreutils `timeout`)."""
 
     @abc.abstractmethod
     def exec_detached(self, node: NodeHandle, argv: Sequence[str]) -> None:
@@ -297,6 +360,12 @@ class ContainerRuntime(abc.ABC):
     @abc.abstractmethod
     def remove(self, name: str) -> bool:
         """Remove the container if it exists; True if something was removed."""
+
+    def revive(self, name: str) -> bool:
+        """Start a node container again that exited (`docker kill`, `docker stop`: what a restart
+        policy leaves down), as it was; True when it was started. A runtime whose stopped nodes
+        are gone (an Apptainer instance) has nothing to start: False."""
+        return False
 
     @abc.abstractmethod
     def logs(self, name: str, *, tail: int | str = "all") -> str:

@@ -12,16 +12,13 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import json
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kit import proc
-from kit.errors import CommandError, ImageError, KitError, RuntimeUnavailable, StartError, UsageError
+from kit.errors import ImageError, KitError, RuntimeUnavailable, StartError, UsageError
 from kit.images.build import (
     CONTEXT_PLACEHOLDER,
     ContextPlan,
@@ -35,6 +32,9 @@ from kit.plan.container_args import to_docker_kwargs
 from kit.plan.node import ContainerSpec
 from kit.render import shell_words
 from kit.runtime.base import (
+    EXEC_GRACE_S,
+    EXEC_MARK,
+    EXEC_TIMEOUT_S,
     BuildPlan,
     BuildResult,
     ContainerRuntime,
@@ -46,6 +46,10 @@ from kit.runtime.base import (
     Progress,
     PullPlan,
     PullResult,
+    bounded_argv,
+    call_within,
+    end_exec_argv,
+    new_exec_mark,
 )
 
 LABEL_MANAGED = "kit.managed=true"
@@ -337,6 +341,17 @@ class DockerRuntime(ContainerRuntime, ImageStore):
                 time.sleep(0.5)
         return False
 
+    def revive(self, name: str) -> bool:
+        docker = _docker()
+        container = self.find_container(name)
+        if container is None or container.status not in ("exited", "created"):
+            return False
+        try:
+            container.start()
+        except docker.errors.APIError:
+            return False
+        return True
+
     def logs(self, name: str, *, tail: int | str = "all") -> str:
         container = self.find_container(name)
         if container is None:
@@ -377,8 +392,10 @@ class DockerRuntime(ContainerRuntime, ImageStore):
                 last_line = lines[-1]
                 on_progress(last_line)
             container.reload()
-            if container.status in ("exited", "dead"):
+            # Restarted by the restart policy before it was ready: a failure too (issue 25).
+            if container.status in ("exited", "dead", "restarting") or container.attrs.get("RestartCount"):
                 code = container.attrs.get("State", {}).get("ExitCode")
+                self._no_restart(container)
                 raise StartError(
                     f"{name} exited (code {code}) before {what}",
                     details=lines[-20:],
@@ -391,6 +408,16 @@ class DockerRuntime(ContainerRuntime, ImageStore):
                     hint="check the other nodes and `kit status`; raise timeouts.join",
                 )
             time.sleep(0.5)
+
+    def _no_restart(self, container: Any) -> None:
+        """Restart policy off, the container stopped: its output stays for `kit logs`."""
+        docker = _docker()
+        try:
+            container.update(restart_policy={"Name": "no"})
+            if container.status == "restarting":
+                container.stop(timeout=5)
+        except docker.errors.APIError:
+            pass  # gone meanwhile: nothing is restarting
 
     def find_nodes(self, cluster: str) -> list[NodeHandle]:
         containers = self.client.containers.list(all=True, filters={"label": [LABEL_MANAGED, f"kit.cluster={cluster}"]})
@@ -434,14 +461,30 @@ class DockerRuntime(ContainerRuntime, ImageStore):
         container = self.find_container(node.name)
         if container is None:
             raise StartError(f"{node.name} does not exist", hint="start it with `kit up`")
-        exec_id = self._exec_create(node, container.id, list(argv), environment=dict(env or {}))
-        out, err = self.api.exec_start(exec_id, demux=True)
-        code = self.api.exec_inspect(exec_id).get("ExitCode")
+        limit = EXEC_TIMEOUT_S if timeout is None else timeout
+        mark = new_exec_mark()
+        environment = {**(env or {}), EXEC_MARK: mark}
+        exec_id = self._exec_create(node, container.id, bounded_argv(argv, limit), environment=environment)
+        try:
+            out, err = call_within(lambda: self.api.exec_start(exec_id, demux=True), limit + EXEC_GRACE_S, node.name)
+            code = self.api.exec_inspect(exec_id).get("ExitCode")
+        except BaseException:
+            # Interrupted (Ctrl-C, SIGTERM) or the engine stopped answering: end what the exec
+            # started inside the container, which docker would leave running (issue 25).
+            self._end_exec(container.id, mark)
+            raise
         return ExecResult(
             returncode=int(code if code is not None else -1),
             stdout=(out or b"").decode(errors="replace"),
             stderr=(err or b"").decode(errors="replace"),
         )
+
+    def _end_exec(self, container_id: str, mark: str) -> None:
+        """Kill every process of the exec marked `mark` (best effort, bounded: kit is on its way out;
+        the container may be gone, and the error that brought kit here is the one to report)."""
+        with contextlib.suppress(BaseException):
+            exec_id = str(self.api.exec_create(container_id, end_exec_argv(mark))["Id"])
+            call_within(lambda: self.api.exec_start(exec_id), EXEC_GRACE_S, container_id[:12])
 
     def exec_detached(self, node: NodeHandle, argv: Sequence[str]) -> None:
         container = self.find_container(node.name)
@@ -541,50 +584,6 @@ def local_image_id(ref: str) -> str | None:
     except (RuntimeUnavailable, ImageError):
         return None
     return info.id if info else None
-
-
-# ---- the docker command line ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DockerCli:
-    """The docker CLI, for the one place the user names the binary (`kit verify --image
-    --docker BIN`): argv built here, run through kit.proc."""
-
-    binary: str = "docker"
-
-    def run_argv(
-        self, image: str, argv: Sequence[str], *, entrypoint: str, network: str = "none", gpus: bool = False
-    ) -> list[str]:
-        """`docker run --rm` of a throwaway container that runs `entrypoint argv...`."""
-        words = [self.binary, "run", "--rm", "--network", network, "--entrypoint", entrypoint]
-        if gpus:
-            words += ["--gpus", "all"]
-        return [*words, image, *argv]
-
-    def run(self, argv: Sequence[str], *, shown: Sequence[str], timeout: float) -> ExecResult:
-        """Run a run_argv() command to completion. Docker's own failure (exit 125: no such image,
-        daemon down, …) is a CommandError; the container's exit code is the caller's to judge."""
-        result = proc.run(argv, shown=shown, check=False, timeout=timeout)
-        if result.returncode == 125:
-            raise CommandError(
-                f"{self.binary} could not run the container",
-                argv=shown,
-                returncode=125,
-                stderr=result.stderr,
-                hint="build or pull the image first",
-            )
-        return ExecResult(result.returncode, result.stdout, result.stderr)
-
-    def image_digest(self, image: str) -> str | None:
-        """The image's repo digest if it has one, else its local id (None: no such image)."""
-        argv = [self.binary, "image", "inspect", "--format", "{{json .RepoDigests}} {{.Id}}", image]
-        result = proc.run(argv, check=False, timeout=60)
-        if result.returncode != 0 or not result.stdout.strip():
-            return None
-        digests, _, image_id = result.stdout.strip().rpartition(" ")
-        repo = json.loads(digests or "null") or []
-        return str(repo[0]) if repo else image_id
 
 
 def _short(exc: BaseException) -> str:

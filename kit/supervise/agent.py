@@ -6,7 +6,11 @@ every second and obeys the order it gets back: run generation N, stop the group,
 It never decides a restart itself: a group that exits stays down until the coordinator, which
 sees every node, restarts all of them together. Only when the coordinator has been unreachable
 for `orphan_s` does it stop its group on its own (a rank without its head serves nothing and may
-hold ports the next start needs), and it keeps asking, so a coordinator that comes back finds it.
+hold ports the next start needs), and it keeps asking, so a coordinator that comes back finds it
+— for `abandon_s` at most: then the supervision it belonged to is over (it gave up or was
+stopped while this node was down), and the agent exits and takes its node's resume mark with it,
+so a container started again later does not bring back an agent with no coordinator (issue 25).
+An exit order removes the mark too.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Any
 
 from kit.errors import ServerError
 from kit.net import http
-from kit.supervise import procs, protocol
+from kit.supervise import cause, procs, protocol
 from kit.supervise.protocol import EngineProc, Order, Report
 
 
@@ -41,6 +45,8 @@ class AgentConfig:
     orphan_s: float = 60.0
     grace_s: float = 10.0
     tail_lines: int = 12
+    abandon_s: float = 3600.0  # no coordinator for this long: the supervision is over, the agent exits
+    resume_file: str | None = None  # the node's resume mark (kit/supervise/main.py): gone when it exits
 
 
 Post = Callable[[dict[str, Any]], dict[str, Any]]
@@ -96,6 +102,7 @@ class Agent:
         self.instance = f"{config.node}-{uuid.uuid4().hex[:12]}"
         self.boot = boot_id(proc_root)
         self.group = procs.ServeGroup(config.serve_script, config.serve_log, proc_root=proc_root)
+        self.scanner = cause.Scanner(config.serve_log)
         self.last_contact = clock()
         self.exiting = False
         self.orphaned = False
@@ -126,6 +133,7 @@ class Agent:
             engines=tuple(EngineProc(p.pid, p.state, p.title) for p in node_engines),
             exiting=self.exiting,
             log_tail=tuple(procs.tail(self.config.serve_log, self.config.tail_lines)),
+            cause=self.scanner.scan() if self.group.generation else None,
         )
 
     # ---- what it does -----------------------------------------------------------------------
@@ -141,6 +149,7 @@ class Agent:
                 if not group.poll_stop():
                     return  # the old generation is still going away; start at a later report
             pid = group.start(order.generation)
+            self.scanner.reset()  # the new generation's log (the previous one was rotated)
             self._write_pid(pid)
             self.log(f"generation {order.generation}: started {self.config.serve_script} (pid {pid})")
         else:
@@ -172,6 +181,11 @@ class Agent:
             self.log(f"cannot reach the coordinator at {self.config.url}: {why}")
             self.last_error = why
         away = self.clock() - self.last_contact
+        if away > self.config.abandon_s:
+            self.log(f"no coordinator for {away:.0f} s: its supervision is over; exiting")
+            self.shutdown()
+            self._forget_resume()
+            return 0
         if away > self.config.orphan_s and (self.group.running() or self.group.members()):
             if not self.orphaned:
                 self.log(f"no coordinator for {away:.0f} s: stopping the serve group (it serves nothing alone)")
@@ -185,6 +199,7 @@ class Agent:
         self.log(f"ordered to exit ({order.reason or 'no reason given'}): stopping the serve group")
         self.group.stop(self.config.grace_s)
         self._forget_pid()
+        self._forget_resume()  # the supervision ends here: a restarted container must not resume it
         # Say goodbye: the coordinator waits for it before it ends.
         with contextlib.suppress(ServerError, OSError, protocol.ProtocolError, ValueError):
             self.post(self.report().to_dict())
@@ -220,6 +235,11 @@ class Agent:
         with contextlib.suppress(OSError):
             Path(self.config.pid_file).write_text(f"{pid}\n")
 
+    def _forget_resume(self) -> None:
+        if self.config.resume_file:
+            with contextlib.suppress(OSError):
+                Path(self.config.resume_file).unlink()
+
     def _forget_pid(self) -> None:
         try:
             if Path(self.config.pid_file).read_text().strip() == str(self.group.pid):
@@ -252,6 +272,8 @@ def load_config(directory: str, environ: dict[str, str] | None = None) -> AgentC
         pid_file=str(doc.get("pid_file", "/tmp/kit/serve.pid")),
         orphan_s=float(doc.get("orphan_s", 60)),
         grace_s=float(doc.get("grace_s", 10)),
+        abandon_s=float(doc.get("abandon_s", 3600)),
+        resume_file=str(Path(directory, "resume")),
     )
 
 

@@ -35,6 +35,7 @@ MODULES = (
     "safeload.py",
     "supervise/__init__.py",
     "supervise/agent.py",
+    "supervise/cause.py",
     "supervise/control.py",
     "supervise/coordinator.py",
     "supervise/events.py",

@@ -337,6 +337,9 @@ def _engine_failure(state: State, tick: Tick, settings: Settings) -> tuple[str, 
 
 
 def _fail(state: State, tick: Tick, settings: Settings, reason: str, node: str | None) -> list[Event]:
+    found = _cause_of(state, tick, node)
+    if found:
+        reason = f"{reason}; first error: {found}"  # the cause, not the shutdown noise (issue 25)
     state.last_failure, state.last_failure_ts = reason, tick.wall
     if state.failure_at is None:
         state.failure_at = tick.now
@@ -385,6 +388,17 @@ def _all_stopped(tick: Tick, settings: Settings, *, exiting: bool) -> bool:
         if not seen.report.stopped or (exiting and not seen.report.exiting):
             return False
     return True
+
+
+def _cause_of(state: State, tick: Tick, node: str | None) -> str | None:
+    """The first error in this generation's serve log (kit.supervise.cause, read by the agents):
+    the failing node's, else the first node's that has one (the failure seen on one node is often
+    caused on another: the head's API goes down when a worker's rank fails)."""
+    for name in (node, *sorted(tick.agents, key=lambda n: n != "head")):
+        seen = tick.agents.get(name) if name else None
+        if seen is not None and seen.report.cause and seen.report.generation == state.generation:
+            return seen.report.cause
+    return None
 
 
 def _tail_of(tick: Tick, node: str | None) -> list[str]:

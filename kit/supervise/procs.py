@@ -98,6 +98,10 @@ class ServeGroup:
         if self.running() or self.members():
             raise RuntimeError("the serve group is still running")
         Path(self.log).parent.mkdir(parents=True, exist_ok=True)
+        # Each generation's log is its own (issue 25: a failure's tail showed the previous run's
+        # lines): the previous one is kept beside it, one deep.
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(self.log, previous_log(self.log))
         with open(self.log, "ab") as out:
             _mark(out, f"kit-supervise: generation {generation}: starting {self.script}")
             self.process = subprocess.Popen(
@@ -175,6 +179,12 @@ class ServeGroup:
         killed = f", {len(self.killed)} process(es) killed" if self.killed else ""
         with open(self.log, "ab") as out:
             _mark(out, f"kit-supervise: generation {self.generation}: {what}{killed}")
+
+
+def previous_log(log: str) -> str:
+    """Where the previous generation's serve log is kept: /tmp/kit/serve.log -> serve.prev.log."""
+    path = Path(log)
+    return str(path.with_name(f"{path.stem}.prev{path.suffix}"))
 
 
 def _killpg(pgid: int, sig: signal.Signals) -> None:

@@ -69,6 +69,7 @@ class Report:
     engines: tuple[EngineProc, ...] = ()
     exiting: bool = False  # obeying an exit order: its last report
     log_tail: tuple[str, ...] = ()  # the serve log's last lines, when its group exited or stopped
+    cause: str | None = None  # the first error of this generation's serve log (kit.supervise.cause)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -82,6 +83,7 @@ class Report:
             "engines": [e.to_dict() for e in self.engines],
             "exiting": self.exiting,
             "log_tail": list(self.log_tail),
+            "cause": self.cause,
         }
 
 
@@ -191,6 +193,7 @@ def report_from(doc: Mapping[str, Any]) -> Report:
         engines=tuple(engines),
         exiting=_get(doc, "exiting", bool),
         log_tail=tuple(_text(line) for line in lines[-MAX_LINES:]),
+        cause=None if doc.get("cause") is None else _text(doc["cause"]),
     )
 
 

@@ -21,7 +21,7 @@ from kit.images import records
 from kit.images.facts import ImageFacts, parse_output, probe_source
 from kit.plan import checks as plan_checks
 from kit.plan import image_check
-from kit.runtime.docker import DockerCli
+from kit.runtime.docker_cli import DockerCli
 from kit.verify.policy import FAIL, PASS, WARN, Check
 from kit.verify.report import VerifyResult
 from kit.verify.runner import parse_probe_output

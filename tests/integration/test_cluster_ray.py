@@ -46,7 +46,7 @@ def alive_ray_nodes(kit: Cli, env: dict[str, str]) -> int:
     return sum(1 for n in ray if not n["lost"])
 
 
-def test_two_node_cluster_lifecycle(cluster: tuple[dict[str, str], Cli], docker_client: Any) -> None:
+def test_two_node_cluster_lifecycle(cluster: tuple[dict[str, str], Cli], docker_client: Any, kit_state: Path) -> None:
     env, kit = cluster
     name = env["KIT_CLUSTER"]
     # The worker starts first: it must keep retrying until the head exists.
@@ -86,6 +86,10 @@ def test_two_node_cluster_lifecycle(cluster: tuple[dict[str, str], Cli], docker_
     docker_client.containers.get(f"kit-{name}-head").restart(timeout=10)
     wait_for(lambda: alive_ray_nodes(kit, env) == 2, 150, "the worker to rejoin a restarted head")
 
+    # Issue 25: Ray hangs in the head (its GCS stopped: connections are accepted, never answered).
+    # kit status answers within its 10 s and names it; an interrupted status leaves nothing behind.
+    status_on_a_hung_ray(kit, env, docker_client, name, kit_state)
+
     # Down removes every container and the network; a second down is harmless.
     down = kit("down", "--json", env=env)
     assert down.returncode == 0
@@ -94,6 +98,52 @@ def test_two_node_cluster_lifecycle(cluster: tuple[dict[str, str], Cli], docker_
     assert removed["networks"] == [env["KIT_NETWORK"]]
     assert docker_client.containers.list(all=True, filters={"label": f"kit.cluster={name}"}) == []
     assert kit("down", env=env).returncode == 0
+
+
+def marked(container: Any) -> list[str]:
+    """The processes in `container` that a kit exec started (their environment holds its mark)."""
+    out = container.exec_run(["bash", "-c", "grep -las KIT_EXEC_ID= /proc/[0-9]*/environ || true"]).output
+    return out.decode().split()
+
+
+def status_on_a_hung_ray(kit: Cli, env: dict[str, str], docker_client: Any, name: str, state: Path) -> None:
+    head = docker_client.containers.get(f"kit-{name}-head")
+    nodes = [head, docker_client.containers.get(f"kit-{name}-worker-1")]
+    started = time.monotonic()
+    healthy = kit("status", "--json", env=env, timeout=60)
+    print(f"kit status on a healthy Ray cluster: {time.monotonic() - started:.1f} s")
+    assert healthy.returncode == 0 and json.loads(healthy.stdout)["result"]["unreached"] == [], healthy.stdout
+    gcs = head.exec_run(["bash", "-c", "grep -las '[g]cs_server' /proc/[0-9]*/cmdline | cut -d/ -f3"]).output.split()
+    assert gcs, "no gcs_server process in the head"
+    head.exec_run(["kill", "-STOP", *[p.decode() for p in gcs]])
+    try:
+        started = time.monotonic()
+        result = kit("status", "--json", env=env, timeout=60)
+        took = time.monotonic() - started
+        assert result.returncode == 0, result.stderr
+        doc = json.loads(result.stdout)["result"]
+        assert doc["ray"] is None and "did not answer within" in doc["ray_error"], doc
+        assert any(line.startswith(f"Ray in kit-{name}-head") for line in doc["unreached"]), doc["unreached"]
+        assert [c["state"] for c in doc["containers"]] == ["running", "running"]  # the rest is shown
+        assert took < 12, f"kit status took {took:.1f} s on a hung Ray"  # 10 s + starting Python
+        print(f"kit status on a hung Ray: {took:.1f} s")
+        assert all(marked(c) == [] for c in nodes)  # the bounded look ended inside the head too
+
+        # Ctrl-C while the Ray view hangs: nothing of it stays in any container.
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "kit", "status"],
+            env={**os.environ, "KIT_STATE_DIR": str(state), **env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        wait_for(lambda: bool(marked(head)), 20, "kit status's Ray view to run in the head")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 130 and "Traceback" not in err, err
+        assert all(marked(c) == [] for c in nodes), [marked(c) for c in nodes]
+    finally:
+        head.exec_run(["kill", "-CONT", *[p.decode() for p in gcs]])
 
 
 def test_interrupted_up_leaves_no_orphan(

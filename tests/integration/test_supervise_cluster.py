@@ -6,8 +6,9 @@ it, restart the whole group (every rank on every node: new pids everywhere) and 
 
 1. kill -9 of the engine process inside the head container;
 2. kill -STOP of an engine on the worker (a hang /health does not see);
-3. docker kill of the worker node's container (the test starts it again: `docker kill` is a
-   manual stop that no restart policy undoes; the container's entrypoint resumes the agent);
+3. docker kill of the worker node's container: `docker kill` is a manual stop that Docker's
+   restart policy leaves down, so `kit serve --supervise`, which follows, starts it again (issue
+   25: nobody has to); the container's entrypoint resumes the agent;
 4. (TP) docker restart of the head container: the coordinator resumes from its state file;
 5. (TP, last) the model removed, then a crash: every restart fails, supervision gives up at the
    limit, `kit serve --supervise` exits 6 with the last log lines, nothing is left running.
@@ -241,23 +242,20 @@ def test_a_stopped_engine_is_a_hang_and_restarts_the_group(cluster: dict[str, An
     assert_clean_group(cluster)
 
 
-def test_a_killed_worker_container_is_waited_for_then_the_group_restarts(cluster: dict[str, Any]) -> None:
+def test_a_killed_worker_container_is_started_again_and_the_group_restarts(cluster: dict[str, Any]) -> None:
     wait_stable(cluster)
     load = sup.Load(cluster["url"]).start()
     time.sleep(5)
     fault_at = time.time()
     worker(cluster).kill()
-    waiting = sup.wait_event(lambda: head(cluster), "waiting", after=fault_at, timeout=60)
-    assert "worker-1" in waiting.reason
-    time.sleep(5)
-    assert sup.read_state(head(cluster))["phase"] == "waiting"
-    assert not sup.serving_processes(head(cluster))["serve"], "the head's rank was stopped with the group"
-    worker(cluster).start()  # the node comes back; its entrypoint resumes the agent
+    # Nobody starts it but kit: the follower sees it exited and starts it (issue 25).
     r = recover(cluster, fault_at, load)
+    assert f"kit started kit-{cluster['name']}-worker-1 again" in (cluster["root"] / "follow.err").read_text()
     load.stop()
     report(cluster, "docker kill worker", r)
     assert r["detect_s"] < DETECT_S
-    assert r["kinds"] == ["detected", "stopping", "waiting", "restarting", "started", "ready"], r["kinds"]
+    # The worker may be back before the group has stopped (no `waiting` then): either way a restart.
+    assert r["kinds"][:2] == ["detected", "stopping"] and r["kinds"][-3:] == ["restarting", "started", "ready"]
     assert_clean_group(cluster)
 
 

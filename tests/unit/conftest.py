@@ -10,6 +10,14 @@ __all__ = ["fake_server"]
 
 
 @pytest.fixture(autouse=True)
+def _own_state_dir(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Every unit test keeps kit's state (clusters.json: kit.cluster.record, written by every
+    Cluster.up) in a folder of its own, never in the user's ~/.local/state/kit (issue 25). A
+    test that sets KIT_STATE_DIR itself still wins (monkeypatch.setenv after this)."""
+    monkeypatch.setenv("KIT_STATE_DIR", str(tmp_path_factory.mktemp("kit-state")))
+
+
+@pytest.fixture(autouse=True)
 def no_host_containers(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[None]:
     """The unit tier never asks this host's container engine what runs on it: a plan's check
     against other clusters' running nodes (kit.cluster.host_share) would otherwise depend on

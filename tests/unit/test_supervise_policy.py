@@ -66,6 +66,7 @@ class Sim:
             engines=a["engines"],
             exiting=a["exiting"],
             log_tail=(f"{node} log line",),
+            cause=a.get("cause"),
         )
 
     def obey(self) -> None:
@@ -175,6 +176,17 @@ def test_vllm_serve_exiting_carries_its_log_tail() -> None:
     detected = sim.run_until("detected")
     assert detected.reason == "vllm serve exited on node head (code 1)"
     assert detected.details == ("head log line",)
+
+
+def test_a_failure_names_the_first_error_of_its_generation_even_from_another_node() -> None:
+    """Issue 25: the cause is the first error (the agents classify their logs), not the shutdown
+    noise; the failing node's own, else another node's (a worker's rank takes the head down)."""
+    sim = ready_sim()
+    sim.agents["worker-1"]["cause"] = "ValueError: bad tensor shape"
+    sim.agents["head"].update(running=False, exit_code=1)
+    detected = sim.run_until("detected")
+    assert detected.reason == "vllm serve exited on node head (code 1); first error: ValueError: bad tensor shape"
+    assert sim.state.last_failure == detected.reason
 
 
 def test_an_engine_process_gone_while_vllm_serve_runs_is_confirmed_then_restarted() -> None:

@@ -201,7 +201,7 @@ def test_cluster_mode_asks_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[tuple[str, ...]] = []
     r = with_alltoall("p2p")
 
-    def fake_cluster(config: Any, expect: str, spec: runner.CollectiveSpec, *, collective: bool = True) -> Any:
+    def fake_cluster(config: Any, expect: str, spec: runner.CollectiveSpec, **_: Any) -> Any:
         seen.append(spec.collectives)
         return runner.judge("cluster", r["nodes"], r["collective"], runner.Expectations(), started=0)
 
