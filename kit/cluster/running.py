@@ -166,7 +166,10 @@ def operated(settings: Resolved, running: Running) -> Resolved:
     layout: Layout
     if running.layout is not None:
         layout = running.layout.layout
-        config = config.replace(model=dataclasses.replace(config.model, tp=layout.tp, pp=layout.pp, dp=layout.dp))
+        model = dataclasses.replace(config.model, tp=layout.tp, pp=layout.pp, dp=layout.dp)
+        if layout.router:  # replicas behind the router (issue 29): its URL, not the head's API port
+            model = dataclasses.replace(model, dp_lb="router")
+        config = config.replace(model=model)
     else:
         layout = plan_layout(config, None)
     return Resolved(config.replace(planned=layout), values, sources, settings.path)

@@ -364,3 +364,16 @@ def healthy(monkeypatch: pytest.MonkeyPatch) -> None:
     import kit.net.openai
 
     monkeypatch.setattr(kit.net.openai, "health", lambda url, timeout=3: True)
+
+
+def test_router_replicas_are_operated_as_replicas_from_an_empty_folder() -> None:
+    """Replicas behind the router (issue 29) say so in their layout label: `kit status`, `kit
+    query` and `kit metrics` from a folder without kit.yaml reach the router, not a DP group."""
+    config = cpu_config(**{"cluster": "dt", "model.tp": 1, "model.dp": 2, "model.dp_lb": "router"})
+    nodes = []
+    for role, ip in ((HEAD, "10.9.8.10"), (Role("worker", 1), "10.9.8.11")):
+        tags = node_labels(config, role, NodeNet(ip, "eth0", "10.9.8.10"))
+        nodes.append(NodeHandle(f"kit-dt-{role.label}", "dt", role.kind, role.rank, "running", ip=ip, labels=tags))
+    operated_config = operated(settings(cluster="dt"), read_running("dt", nodes, None)).config
+    assert operated_config.model.dp_lb == "router" and operated_config.layout.router
+    assert (operated_config.layout.tp, operated_config.layout.dp) == (1, 2)
