@@ -30,6 +30,7 @@ import requests
 
 from kit.cluster import supervision as host
 from kit.config import load_config
+from kit.plan.layout import plan_layout
 from kit.runtime.docker import DockerRuntime
 from tests.integration import supervise_support as sup
 from tests.integration.clusters import make_kit, two_node_ray_env
@@ -118,7 +119,8 @@ def ray_cluster(
         assert kit("up", "--worker", "--no-wait").returncode == 0
         up = kit("up", "--head")
         assert up.returncode == 0, up.stderr
-        config = load_config(environ=env, cwd=Path("/nonexistent")).config
+        loaded = load_config(environ=env, cwd=Path("/nonexistent")).config
+        config = loaded.replace(planned=plan_layout(loaded, None))  # config no longer plans (issue 26)
         runtime = DockerRuntime()
         head = next(n for n in runtime.find_nodes(name) if n.role == "head")
         url = f"http://{head.ip}:{config.ports.api}"

@@ -112,8 +112,30 @@ def fakes(tmp_path: Path) -> Path:
     return bindir
 
 
+def record_parser(state: Path, image: Path) -> None:
+    """kit's record of the fake image's `vllm serve` parser (the one recorded from vLLM 0.32.0),
+    as `kit verify --image` would leave it: kit checks the plan against it in advance and the
+    containers run no in-container check (issue 24), which needs vLLM; the fake pyxis runs the
+    container's commands on this host, where there is none."""
+    from kit.images import records
+    from tests.unit.recorded_parsers import recorded_facts
+
+    before = os.environ.get("KIT_STATE_DIR")
+    os.environ["KIT_STATE_DIR"] = str(state)
+    try:
+        key = records.file_key(str(image))
+        records.save_facts(key, dict(recorded_facts().data), image=str(image))
+        records.link_facts(str(image), key, path=str(image), stamp=records.file_stamp(str(image)))
+    finally:
+        if before is None:
+            del os.environ["KIT_STATE_DIR"]
+        else:
+            os.environ["KIT_STATE_DIR"] = before
+
+
 def kit(*args: str, cwd: Path, path: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PATH": f"{path}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+    env["KIT_STATE_DIR"] = str(cwd / "state")
     return subprocess.run(
         [sys.executable, "-m", "kit", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=180
     )
@@ -143,6 +165,7 @@ def test_enroot_launcher_under_real_slurm_serves_and_down_cancels_it(runtime: st
     image = tmp_path / "images" / "vllm.sqsh"
     image.parent.mkdir()
     image.write_text("hsqs")  # pyxis would mount it; the fake checks it is there
+    record_parser(tmp_path / "state", image)
     config = {
         "cluster": f"{runtime}{os.getpid()}",
         "runtime": runtime,
