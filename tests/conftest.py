@@ -18,6 +18,7 @@ Plain helpers (import them from tests.conftest; they need no fixture):
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import os
 import re
@@ -83,6 +84,13 @@ def golden(request: pytest.FixtureRequest) -> Callable[[str, str], None]:
         assert text == path.read_text(), f"{name} differs from its golden; inspect, then pytest --update-golden"
 
     return check
+
+
+def fake_secret(prefix: str, seed: str, length: int = 34) -> str:
+    """A made-up secret of a real one's shape (`hf_` + 34 characters is a Hugging Face token),
+    built at run time so that no token-shaped string is committed; the same seed gives the same
+    value in every process (pytest-xdist workers collect alike)."""
+    return prefix + hashlib.sha256(seed.encode()).hexdigest()[:length]
 
 
 def shellcheck_bin() -> str:

@@ -28,13 +28,13 @@ import pytest
 from kit.errors import ExitCode
 from kit.models import hub as kit_hub
 from kit.models.fetch import check_snapshot
-from tests.conftest import run_kit
+from tests.conftest import fake_secret, run_kit
 from tests.infra.hub_server import HubRepo, HubServer, make_repo, write_model
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARDS = [3 << 20, 2 << 20, 1 << 20]
-TOKEN = "hf_file_token_0123456789"
-LEAK = "hf_env_token_must_not_be_sent"
+TOKEN = fake_secret("hf_", "fetch-file-token")
+LEAK = fake_secret("hf_", "fetch-env-token")  # in HF_TOKEN: must never be sent
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from kit.plan.scripts import node_script, serve_script
 from kit.plan.slurm import plan_launcher
 from kit.resources import probe_files
 from kit.runtime.apptainer import definition_build_args
-from tests.conftest import make_config, run_kit
+from tests.conftest import fake_secret, make_config, run_kit
 from tests.unit.recorded_parsers import PARSERS, RELEASES, recorded_facts, recording, seed_record
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -174,10 +174,10 @@ def test_an_abbreviation_is_resolved_by_the_images_parser() -> None:
 @pytest.mark.parametrize(
     "args",
     [
-        ["--api-key", "sk-abcdefghijklmnopqrstuvwx"],
+        ["--api-key", fake_secret("sk-", "facts-api-key", 24)],
         ["--api-key=anything"],
-        ["--hf-token", "hf_abcdefghijklmnopqrstuvwxyz0123"],
-        ["--chat-template", "hf_abcdefghijklmnopqrstuvwxyz0123"],
+        ["--hf-token", fake_secret("hf_", "facts-hf-token")],
+        ["--chat-template", fake_secret("hf_", "facts-hf-token")],
         ["--tokenizer", "https://user:pa55word@example.org/tok"],
         ["--header", "Bearer abc.def"],
         ["--some-password", "hunter2"],

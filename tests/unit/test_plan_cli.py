@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from kit.cli import cli
 from kit.errors import ExitCode
-from tests.conftest import run_kit
+from tests.conftest import fake_secret, run_kit
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
 QWEN397 = str(MODELS / "qwen3.5-397b-a17b-gptq-int4")
@@ -296,7 +296,7 @@ def test_deepest_allowed_model_that_fits_nowhere_is_refused_in_bounded_time(tmp_
 
 # --------------------------------------------------------------------------- --fetch and hf_token_file (issue 17)
 
-TOKEN = "hf_test_token_123"
+TOKEN = fake_secret("hf_", "plan-token")
 QWEN_CONFIG = (MODELS / "qwen2.5-7b" / "config.json").read_bytes()
 
 
@@ -394,14 +394,15 @@ def test_fetch_public_model_sends_no_token_without_hf_token_file(hub: FakeHub) -
 
 
 def test_fetch_refused_token_is_not_echoed(hub: FakeHub, tmp_path: Path) -> None:
-    (tmp_path / "hf_token").write_text("hf_wrong_secret\n")
+    wrong = fake_secret("hf_", "plan-wrong-token")
+    (tmp_path / "hf_token").write_text(wrong + "\n")
     (tmp_path / "hf_token").chmod(0o600)  # mode 644 would add a warning line (issue 27)
     hub.serve("org/gated", gated=True)
     code, out, err = run_kit(["plan", "org/gated", "--fetch", "--set", f"hf_token_file={tmp_path / 'hf_token'}"])
     assert code == ExitCode.CONFIG
     line = one_error_line(err)
     assert "the Hub refused the token in hf_token_file" in line
-    assert "hf_wrong_secret" not in out + err
+    assert wrong not in out + err
 
 
 @pytest.mark.parametrize(

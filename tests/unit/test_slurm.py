@@ -28,7 +28,7 @@ from kit.plan.slurm import (
     walltime_seconds,
 )
 from kit.render import shell_quote
-from tests.conftest import ROOT, make_config, shellcheck_text
+from tests.conftest import ROOT, fake_secret, make_config, shellcheck_text
 from tests.unit.shellstubs import HOST_STUBS
 
 DEPLOY = ROOT / "deploy" / "slurm"
@@ -188,12 +188,13 @@ def test_values_that_look_like_job_variables_stay_literal() -> None:
 
 def test_no_secret_in_any_launcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     token, key = tmp_path / "hf_token", tmp_path / "api_key"
-    token.write_text("hf_SUPERSECRETTOKEN123")
+    hf = fake_secret("hf_", "slurm-token")
+    token.write_text(hf)
     key.write_text("sk-SUPERSECRETKEY456")
     for runtime, backend in VARIANTS:
         cfg = slurm_config(runtime, backend, hf_token_file=str(token), api_key_file=str(key))
         text = plan_launcher(cfg)  # type: ignore[arg-type]
-        assert "SUPERSECRET" not in text
+        assert "SUPERSECRET" not in text and hf not in text
         assert f"--{'bind' if runtime == 'apptainer' else 'volume'}={token}:/run/kit/secrets/hf_token:ro" in text
         assert "HF_TOKEN=" not in text and "VLLM_API_KEY=" not in text.replace('VLLM_API_KEY="$(cat', "")
     # and through the CLI, --submit included (with a fake sbatch)
@@ -208,7 +209,9 @@ def test_no_secret_in_any_launcher(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     result = runner.invoke(cli, args, env=env)
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["result"]["job_id"] == "4242"
-    assert "SUPERSECRET" not in (tmp_path / "kit-kit.sbatch").read_text() and "SUPERSECRET" not in result.output
+    launcher = (tmp_path / "kit-kit.sbatch").read_text()
+    assert "SUPERSECRET" not in launcher and "SUPERSECRET" not in result.output
+    assert hf not in launcher and hf not in result.output
 
 
 def test_submit_without_sbatch_is_runtime_unavailable(tmp_path: Path) -> None:
