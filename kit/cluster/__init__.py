@@ -376,36 +376,13 @@ class Cluster:
         self.ensure_image(on_progress)
         env = self.model_cache().env  # the serve scripts export the offline decision too
         supervised = self.config.supervise.enabled if supervise is None else supervise
-        if router_mode(self.config) and not supervised:
+        if supervised or router_mode(self.config):
             for note in notes:
                 on_progress(f"warning: {note}")
-            result = _replicas.serve_replicas(
-                self.config, self.runtime, replace=replace, deadline=deadline, on_progress=on_progress, env=env
+            result = self._serve_managed(
+                supervised, replace=replace, deadline=deadline, env=env, on_progress=on_progress, on_event=on_event
             )
-            _record.served(self.name, url=result.url, supervised=False)
-            return result
-        if supervised and router_mode(self.config):
-            for note in notes:
-                on_progress(f"warning: {note}")
-            result = _supervised_replicas.serve_replicas_supervised(
-                self.config, self.runtime, replace=replace, on_progress=on_progress, on_event=on_event, serve_env=env
-            )
-            _record.served(self.name, url=result.url, supervised=True)
-            return result
-        if supervised:
-            for note in notes:
-                on_progress(f"warning: {note}")
-            # What --timeout (timeouts.ready) bounds under supervision: each start (issue 25).
-            cfg = self.config
-            on_progress(
-                f"supervised: each start has {cfg.timeouts.ready} s to answer /health (timeouts.ready, --timeout); "
-                f"a failed start is restarted, at most {cfg.supervise.max_restarts} time(s) in a row "
-                f"(so up to {cfg.supervise.max_restarts + 1} starts), then kit gives up (exit 6)"
-            )
-            result = _supervised.serve_supervised(
-                self.config, self.runtime, replace=replace, on_progress=on_progress, on_event=on_event, serve_env=env
-            )
-            _record.served(self.name, url=result.url, supervised=True)
+            _record.served(self.name, url=result.url, supervised=supervised)
             return result
         nodes = self.nodes()
         targets = _serving.serving_nodes(self.config, nodes)
@@ -456,6 +433,37 @@ class Cluster:
             started=time.monotonic() if started is None else started,
             deadline=deadline,
             on_progress=on_progress,
+        )
+
+    def _serve_managed(
+        self,
+        supervised: bool,
+        *,
+        replace: bool,
+        deadline: float | None,
+        env: Mapping[str, str],
+        on_progress: Callable[[str], None],
+        on_event: Callable[[Event], None] | None,
+    ) -> ServeResult:
+        """The serving paths another module owns: router replicas (kit/cluster/replicas.py,
+        supervised_replicas.py) and a supervised group (supervised.py)."""
+        cfg = self.config
+        if router_mode(cfg) and not supervised:
+            return _replicas.serve_replicas(
+                cfg, self.runtime, replace=replace, deadline=deadline, on_progress=on_progress, env=env
+            )
+        if router_mode(cfg):
+            return _supervised_replicas.serve_replicas_supervised(
+                cfg, self.runtime, replace=replace, on_progress=on_progress, on_event=on_event, serve_env=env
+            )
+        # What --timeout (timeouts.ready) bounds under supervision: each start (issue 25).
+        on_progress(
+            f"supervised: each start has {cfg.timeouts.ready} s to answer /health (timeouts.ready, --timeout); "
+            f"a failed start is restarted, at most {cfg.supervise.max_restarts} time(s) in a row "
+            f"(so up to {cfg.supervise.max_restarts + 1} starts), then kit gives up (exit 6)"
+        )
+        return _supervised.serve_supervised(
+            cfg, self.runtime, replace=replace, on_progress=on_progress, on_event=on_event, serve_env=env
         )
 
     def url(self, nodes: list[NodeHandle] | None = None) -> str:
