@@ -7,7 +7,7 @@ it, and reads it from the file at call time (the key is never logged nor put in 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from kit.errors import ServerError
@@ -25,20 +25,10 @@ DP_RANK_HEADER = "X-data-parallel-rank"
 HINT = "is the server up? see `kit status`"
 
 
-def fetch(
-    url: str,
-    *,
-    deadline_s: float,
-    max_bytes: int,
-    method: str = "GET",
-    headers: Mapping[str, str] | None = None,
-    body: Any = None,
-) -> tuple[int, bytes]:
-    """Status and body of one request through kit's bounded HTTP layer (kit/net/http.py): the
-    whole exchange within deadline_s, the body within max_bytes; ServerError (one line) else."""
-    limits = http.DEFAULT.but(total_s=deadline_s, connect_s=min(deadline_s, 10.0), body_bytes=max_bytes)
-    answer = http.request(method, url, headers=headers, json_body=body, limits=limits, hint=HINT)
-    return answer.status, answer.body
+def fetch(url: str, *, deadline_s: float, max_bytes: int, **kwargs: Any) -> tuple[int, bytes]:
+    """Status and body through kit's bounded HTTP layer (http.status_and_body), its errors
+    hinting at `kit status`; ServerError (one line) when it cannot be had."""
+    return http.status_and_body(url, deadline_s=deadline_s, max_bytes=max_bytes, hint=HINT, **kwargs)
 
 
 def scrape(base_url: str, *, deadline_s: float = 10.0, max_bytes: int = metrics.MAX_SCRAPE_BYTES) -> metrics.Scrape:

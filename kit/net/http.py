@@ -416,3 +416,20 @@ def request(method: str, url: str, **kwargs: Any) -> Response:
     finally:
         exchange.close()
     return Response(url=exchange.url, status=exchange.status, headers=exchange.headers, body=body)
+
+
+def status_and_body(
+    url: str,
+    *,
+    deadline_s: float,
+    max_bytes: int,
+    method: str = "GET",
+    headers: Mapping[str, str] | None = None,
+    body: Any = None,
+    **kwargs: Any,
+) -> tuple[int, bytes]:
+    """Status and body of one exchange within deadline_s (connecting within 10 s of it), the body
+    within max_bytes: the look kit/health/observe.py and the bundle's watch.py take at a server."""
+    limits = DEFAULT.but(total_s=deadline_s, connect_s=min(deadline_s, 10.0), body_bytes=max_bytes)
+    answer = request(method, url, headers=headers, json_body=body, limits=limits, **kwargs)
+    return answer.status, answer.body

@@ -10,7 +10,7 @@ Proxies from the environment are ignored: the server is on this node's own IP.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from kit import safeload
@@ -23,19 +23,10 @@ from kit.safe import text as safetext
 DP_RANK_HEADER = "X-data-parallel-rank"  # as kit/health/observe.py: vLLM routes the request to that rank
 
 
-def fetch(
-    url: str,
-    *,
-    deadline_s: float,
-    max_bytes: int,
-    method: str = "GET",
-    headers: Mapping[str, str] | None = None,
-    body: Any = None,
-) -> tuple[int, bytes]:
-    """Status and body, bounded in time and size; ServerError (one line) when it cannot be had."""
-    limits = http.DEFAULT.but(total_s=deadline_s, connect_s=min(deadline_s, 10.0), body_bytes=max_bytes)
-    answer = http.request(method, url, headers=headers, json_body=body, limits=limits, proxies=False)
-    return answer.status, answer.body
+def fetch(url: str, *, deadline_s: float, max_bytes: int, **kwargs: Any) -> tuple[int, bytes]:
+    """Status and body through kit's bounded HTTP layer (http.status_and_body), proxies ignored;
+    ServerError (one line) when it cannot be had."""
+    return http.status_and_body(url, deadline_s=deadline_s, max_bytes=max_bytes, proxies=False, **kwargs)
 
 
 def observe(base_url: str, *, deadline_s: float = 3.0, clock: Callable[[], float] = time.monotonic) -> Observation:
