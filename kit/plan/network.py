@@ -88,15 +88,12 @@ def plan_node_net(config: KitConfig, sources: Mapping[str, str], role: Role, hos
             hint="pass --head-address HEAD_IP (or set head_address in kit.yaml / KIT_HEAD_ADDRESS)",
         )
     if config.head_address:
-        try:
-            ipaddress.IPv4Address(config.head_address)
-        except ValueError:
-            raise ConfigError(
-                f"{config.head_address!r} is not a numeric IPv4 address",
-                key="head_address",
-                source=_src(sources, "head_address"),
-                hint="use the head's IP, not a hostname (Ray must register numeric IPs)",
-            ) from None
+        _numeric_ipv4(
+            config.head_address,
+            "head_address",
+            sources,
+            "use the head's IP, not a hostname (Ray must register numeric IPs)",
+        )
 
     iface: str | None = None if config.interface == "auto" else config.interface
     if iface is not None and iface not in host.interfaces:
@@ -107,15 +104,7 @@ def plan_node_net(config: KitConfig, sources: Mapping[str, str], role: Role, hos
             hint=f"use one of: {', '.join(sorted(host.interfaces)) or 'none found'}, or auto",
         )
     if config.node_ip != "auto":
-        try:
-            ipaddress.IPv4Address(config.node_ip)
-        except ValueError:
-            raise ConfigError(
-                f"{config.node_ip!r} is not a numeric IPv4 address",
-                key="node_ip",
-                source=_src(sources, "node_ip"),
-                hint="use this node's IP, or auto",
-            ) from None
+        _numeric_ipv4(config.node_ip, "node_ip", sources, "use this node's IP, or auto")
         owners = [n for n, a in host.interfaces.items() if a == config.node_ip]
         if not owners:
             raise ConfigError(
@@ -178,13 +167,15 @@ def _replica_head(config: KitConfig, sources: Mapping[str, str], role: Role, ip:
             source=_src(sources, "replica_head"),
             hint=f"pass --set replica_head=IP (node {first}'s IP) on this node",
         )
+    _numeric_ipv4(config.replica_head, "replica_head", sources, "use the IP of the replica's first node")
+    return config.replica_head
+
+
+def _numeric_ipv4(value: str, key: str, sources: Mapping[str, str], hint: str) -> None:
+    """ConfigError (one line naming `key`) unless `value` is a numeric IPv4 address."""
     try:
-        ipaddress.IPv4Address(config.replica_head)
+        ipaddress.IPv4Address(value)
     except ValueError:
         raise ConfigError(
-            f"{config.replica_head!r} is not a numeric IPv4 address",
-            key="replica_head",
-            source=_src(sources, "replica_head"),
-            hint="use the IP of the replica's first node",
+            f"{value!r} is not a numeric IPv4 address", key=key, source=_src(sources, key), hint=hint
         ) from None
-    return config.replica_head
