@@ -31,7 +31,7 @@ mypy
 # below run one test at a time, as their clusters share the machine's cores and subnets.
 step "unit tests"
 start=$SECONDS
-pytest tests/unit -n auto --durations=10
+pytest tests/unit -n auto --dist loadgroup --durations=10
 echo "unit tier: $((SECONDS - start)) s"
 if [ "$tier" = "unit" ]; then
     exit 0

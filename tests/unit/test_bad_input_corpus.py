@@ -1,5 +1,6 @@
-"""A corpus of bad inputs run through the real CLI (`python -m kit` in a subprocess), one per
-row, grouped by the classes of issue 16. Every row must end in:
+"""A corpus of bad inputs run through the real CLI (kit/__main__.py in a process of its own,
+forked from one that imported kit once: tests/unit/cli_fork.py), one per row, grouped by the
+classes of issue 16. Every row must end in:
 
 - the documented exit code (kit/errors.py: 2 usage, 3 config/input, 5 image),
 - one line on stderr that names the field or flag (the row's fragment), or with --json one JSON
@@ -10,7 +11,7 @@ row, grouped by the classes of issue 16. Every row must end in:
 - nothing written: the case's whole folder (work dir, KIT_STATE_DIR, HOME) is the same after,
 - bounded time: each run is killed after TIMEOUT_S (a hang fails the row).
 
-The rows run concurrently (one subprocess each, in its own folder) when the module starts; each
+The rows run concurrently (one process each, in its own folder) when the module starts; each
 row's test then checks its own result.
 """
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
-import subprocess
+import socket
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.unit.cli_fork import run_kit
 
 TIMEOUT_S = 20
 STUBS = ("docker", "apptainer", "singularity", "sbatch", "srun", "squeue", "scancel", "scontrol", "ssh", "vllm", "ray")
@@ -36,6 +39,9 @@ with open(os.environ["KIT_RECORD"], "a") as f:
     f.write(json.dumps([os.path.basename(sys.argv[0])] + sys.argv[1:]) + "\\n")
 sys.exit(1)
 """
+# Every row runs once, in the module fixture below: under pytest-xdist (`--dist loadgroup`) the whole
+# module stays on one worker, else each worker that got a row would run the whole corpus again.
+pytestmark = pytest.mark.xdist_group("bad-input-corpus")
 AS_ROOT = pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file: an unreadable file cannot be made")
 
 
@@ -569,19 +575,7 @@ def run_case(case: Case, root: Path, timeout: float = TIMEOUT_S) -> Outcome:
         **case.env,
     }
     before = snapshot(root)
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "kit", *case.argv],
-            cwd=work,
-            env=env,
-            capture_output=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
-        rc: int | None = proc.returncode
-        stdout, stderr = proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")
-    except subprocess.TimeoutExpired:
-        rc, stdout, stderr = None, "", f"timed out after {timeout} s"
+    rc, stdout, stderr = run_kit(case.argv, env, work, timeout)
     calls = record.read_text().splitlines() if record.exists() else []
     return Outcome(rc, stdout, stderr, calls, before, snapshot(root))
 
@@ -642,13 +636,8 @@ def test_the_harness_sees_calls_writes_and_hangs(tmp_path: Path) -> None:
     assert called.calls and json.loads(called.calls[0])[0] == "squeue"
     wrote = run_case(c(0, 0, "", "slurm", "-o", "x.sbatch"), tmp_path / "wrote")
     assert wrote.rc == 0 and wrote.after - wrote.before == {"work/x.sbatch"}
-    slow = c(
-        0,
-        0,
-        "",
-        "--version",
-        files={"slow/sitecustomize.py": "import time\ntime.sleep(30)\n"},
-        env={"PYTHONPATH": f"slow:{Path(__file__).resolve().parents[2]}"},
-    )
-    hung = run_case(slow, tmp_path / "hung", timeout=2)
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # connects, never answers
+        port = silent.getsockname()[1]
+        slow = c(0, 0, "", "query", "--url", f"http://127.0.0.1:{port}", env={"NO_PROXY": "127.0.0.1"})
+        hung = run_case(slow, tmp_path / "hung", timeout=2)
     assert hung.rc is None
