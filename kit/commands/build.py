@@ -108,7 +108,7 @@ def command(
 ) -> None:
     flags = {"runtime": runtime, "cluster": cluster}
     resolved = load_settings(
-        config_path, overrides_from(flags, {"runtime": "runtime", "cluster": "cluster"}, set_values)
+        config_path, overrides_from(flags, set_values, {"runtime": "runtime", "cluster": "cluster"})
     )
     config = resolved.config
     name = name or ("cpu" if config.accelerator == "cpu" else "vllm")

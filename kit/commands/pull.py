@@ -61,7 +61,7 @@ def command(
     # The image and the runtime only: loaded, never planned (issue 25: a model kit cannot size
     # must not stop a pull).
     config = load_settings(
-        config_path, overrides_from(flags, {"runtime": "runtime", "cluster": "cluster"}, set_values)
+        config_path, overrides_from(flags, set_values, {"runtime": "runtime", "cluster": "cluster"})
     ).config
     ref = config.image if image is None else image  # an empty IMAGE was refused, never replaced
     store = runtimes.get_image_store(config)
