@@ -13,6 +13,7 @@ runtime adapter its nodes run on. The verbs are shims over it: `kit up` plans an
     nodes.py     one node: host facts, plan, start and wait
     serving.py   `vllm serve` on the serving nodes and the wait for /health
     status.py    containers, the Ray view, the DP view, within one deadline
+    warnings.py  the warning lines of a start (up, serve) and of a launcher (slurm)
 
 Two ways in (issue 25): `Cluster.load` for the verbs that start or render something (its plan —
 model facts, sizing, the layout — is computed on first use of `config`/`layout`), and
