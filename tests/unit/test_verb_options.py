@@ -6,15 +6,21 @@ the same way. A key renamed in kit/config/schema.py breaks these tests."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 
 import click
 import pytest
 
 from kit.cli import VERBS as ALL_VERBS
+from kit.cluster.model import ModelCache
+from kit.cluster.resolve import resolve
+from kit.cluster.warnings import API_ON_INTERFACE, launcher_warnings, start_warnings
 from kit.commands import _options
 from kit.commands._options import ConfigOption, config_flag, config_keys, overrides_from
 from kit.config.schema import SCHEMA
+from kit.plan.exposure import exposures
+from kit.plan.image_check import unchecked_warning
 
 VERBS = ("up", "serve", "slurm")
 # The config-backed options of each verb (the hand tables issue 26 removed had as many entries):
@@ -119,3 +125,27 @@ def test_help_is_the_schema_s_capitalised_with_the_key() -> None:
         "accelerator": "gpu, or cpu (vLLM's CPU build; demo and tests) (config: accelerator; MODEL: cpu).",
         "port": "API port (config: ports.api).",
     }
+
+
+# ---- one warnings pipeline (kit.cluster.warnings) ----------------------------------------------
+
+
+@pytest.mark.usefixtures("kit_env")
+def test_up_serve_and_slurm_say_their_lines_from_one_pipeline() -> None:
+    """The model cache's line before anything starts; then what is left open, the guessed layout,
+    the unknown release; a launcher adds its own two after those, in that order."""
+    overrides = {"gpus_per_node": (2, "test"), "hf_cache": ("/nonexistent", "test"), "image": ("img:latest", "test")}
+    resolution = resolve(None, overrides)
+    config, layout = resolution.config, resolution.layout
+    cache = ModelCache("m", "main", "auto", "missing", offline=False, warning="the cache line")
+    said = start_warnings(config, layout, cache, exposures(config, ray=False))
+    assert said.before == ("the cache line",)
+    assert [line.split(" ", 1)[0] for line in said.after] == ["no", "layout", "the"]
+    assert said.after[0].startswith("no api_key_file") and said.lines == [*said.before, *said.after]
+    launcher = launcher_warnings(dataclasses.replace(config, interface="ib0"), layout, cache)
+    assert launcher.lines == [
+        "the cache line",
+        *said.after[1:],
+        API_ON_INTERFACE,
+        unchecked_warning(config),
+    ]
