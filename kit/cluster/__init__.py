@@ -13,6 +13,7 @@ runtime adapter its nodes run on. The verbs are shims over it: `kit up` plans an
     nodes.py     one node: host facts, plan, start and wait
     serving.py   `vllm serve` on the serving nodes and the wait for /health
     status.py    containers, the Ray view, the DP view, within one deadline
+    warnings.py  the warning lines of a start (up, serve) and of a launcher (slurm)
 
 Two ways in (issue 25): `Cluster.load` for the verbs that start or render something (its plan —
 model facts, sizing, the layout — is computed on first use of `config`/`layout`), and
@@ -58,16 +59,19 @@ from kit.cluster.resolve import plan as plan_settings
 from kit.cluster.running import Drift, Running
 from kit.cluster.serving import ServePlan, ServeResult
 from kit.cluster.status import Budget, StatusResult
+from kit.cluster.warnings import Warnings, start_warnings
 from kit.config import KitConfig, Resolved
 from kit.errors import KitError, StartError
 from kit.images.facts import ImageFacts
 from kit.labels import LayoutLabels
 from kit.layout import Layout
+from kit.plan.exposure import exposures
 from kit.plan.layout import ModelFacts
 from kit.plan.network import plan_node_net
 from kit.plan.node import plan_node
 from kit.plan.replicas import router_mode
 from kit.plan.roles import HEAD, Role
+from kit.plan.vllm import serves_api
 from kit.runtime.base import NodeHandle, Runtime
 from kit.supervise.events import Event
 
@@ -236,6 +240,14 @@ class Cluster:
         if self._model_cache is None:
             self._model_cache = decide_offline(self.config, check_model_cache(self.config))
         return self._model_cache
+
+    def warnings(self, role: Role | None = None) -> Warnings:
+        """The lines a start says (kit.cluster.warnings), for `role`, the node `kit up` starts (its
+        API where it serves one, and Ray), or for None, the server `kit serve` starts (the API;
+        Ray is the nodes')."""
+        config = self.config
+        exposed = exposures(config, ray=False) if role is None else exposures(config, api=serves_api(config, role))
+        return start_warnings(config, self.layout, self.model_cache(), exposed)
 
     def check(self) -> None:
         """Every host-independent check of the plan (kit.plan.checks), with the model's facts."""

@@ -1,10 +1,12 @@
-"""Click glue the verbs share: the config flags (--config, --cluster, --set), --json, the load
-flags of `kit bench` and `kit tune`, flag values turned into config overrides, and --head /
---worker into a node role. Click only: what the verbs do lives in kit.cluster and kit.bench."""
+"""Click glue the verbs share: the config flags (--config, --cluster, --set), options generated
+from the config schema (config_flag), --json, the load flags of `kit bench` and `kit tune`, flag
+values turned into config overrides, and --head / --worker into a node role. Click only: what the
+verbs do lives in kit.cluster and kit.bench."""
 
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -19,6 +21,63 @@ from kit.plan.roles import Role
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# A schema help starting with a plain word ("number of nodes") is capitalised for --help; one
+# starting with a value or a key ("gpu, or cpu", "model.dp_lb router: ...") is left as written.
+_PLAIN_WORD = re.compile(r"[a-z][a-z'-]*:?( |$)")
+
+
+class ConfigOption(click.Option):
+    """A flag that sets one config key (issue 26: verbs as declarations): built by config_flag
+    from the key's schema entry, it carries the key, so the verb's overrides need no table."""
+
+    def __init__(self, *args: Any, config_key: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.config_key = config_key
+
+
+def config_flag(
+    key: str,
+    *decls: str,
+    help: str | None = None,
+    note: str | None = None,
+    choices: tuple[str, ...] | None = None,
+    type: click.ParamType[Any] | None = None,
+) -> Callable[[F], F]:
+    """The option `decls` (e.g. "--max-model-len", or "--ep/--no-ep" for a bool) for the config
+    key `key`, its type and help taken from kit.config.schema:
+
+    - int: an integer; float: a number; choice: click.Choice of the key's choices; bool: a flag
+      (unset: None, so the config decides); str, size and int_auto: text, which the config's
+      coerce parses (so --tp takes `auto`) and checks with the key's bounds;
+    - help: the schema's, or `help` where the verb's wording really differs, then
+      "(config: KEY; NOTE)".
+
+    A verb may narrow what the schema takes, never widen it (tests/unit/test_verb_options.py):
+    `choices` a subset of the key's (`kit up` starts no pyxis node), `type` click.INT for an
+    int_auto key. The value reaches the config through overrides_from, named `flag --NAME`."""
+    spec = SCHEMA[key]  # a renamed key fails the verb's import, and the test that imports it
+    if not decls:
+        raise TypeError(f"config_flag({key!r}) needs the flag's name")
+    text = help if help is not None else spec.help
+    if _PLAIN_WORD.match(text):
+        text = text[0].upper() + text[1:]
+    where = f"config: {key}" + (f"; {note}" if note else "")
+    kwargs: dict[str, Any] = {"help": f"{text.rstrip('.')} ({where}).", "cls": ConfigOption, "config_key": key}
+    if spec.kind == "bool":
+        kwargs.update(is_flag=True, default=None)
+    elif spec.kind == "choice":
+        kwargs["type"] = click.Choice(list(choices or spec.choices))
+    elif type is not None:
+        kwargs["type"] = type
+    elif spec.kind in ("int", "float"):
+        kwargs["type"] = click.INT if spec.kind == "int" else click.FLOAT
+    return click.option(*decls, **kwargs)
+
+
+def config_keys(command: click.Command) -> dict[str, str]:
+    """The command's config-backed options: parameter name -> config key."""
+    return {p.name: p.config_key for p in command.params if isinstance(p, ConfigOption) and p.name}
+
 
 def config_options(func: F) -> F:
     """--config, --cluster and --set KEY=VALUE (any config key) for every verb that reads kit.yaml."""
@@ -29,7 +88,7 @@ def config_options(func: F) -> F:
         metavar="KEY=VALUE",
         help="Set any config key (dotted, e.g. model.max_model_len=8192); repeatable.",
     )(func)
-    func = click.option("--cluster", help="Cluster name (config: cluster).")(func)
+    func = config_flag("cluster", "--cluster")(func)
     func = click.option(
         "--config",
         "config_path",
@@ -41,11 +100,10 @@ def config_options(func: F) -> F:
 
 def layout_options(func: F) -> F:
     """--tp, --pp, --dp and --ep/--no-ep (model.tp/pp/dp/ep; `auto` is kit.plan.layout's)."""
-    ep_help = "Expert parallelism for MoE layers over TP×DP GPUs (--enable-expert-parallel)."
-    func = click.option("--ep/--no-ep", default=None, help=ep_help)(func)
-    func = click.option("--dp", help="Data parallel size (engine replicas), or auto.")(func)
-    func = click.option("--pp", help="Pipeline parallel size, or auto.")(func)
-    func = click.option("--tp", help="Tensor parallel size, or auto.")(func)
+    func = config_flag("model.ep", "--ep/--no-ep")(func)
+    func = config_flag("model.dp", "--dp")(func)
+    func = config_flag("model.pp", "--pp")(func)
+    func = config_flag("model.tp", "--tp")(func)
     return func
 
 
@@ -54,9 +112,13 @@ def json_option(func: F) -> F:
 
 
 def overrides_from(
-    flags: Mapping[str, Any], mapping: Mapping[str, str], set_values: tuple[str, ...] = ()
+    flags: Mapping[str, Any], set_values: tuple[str, ...] = (), keys: Mapping[str, str] | None = None
 ) -> dict[str, tuple[Any, str]]:
-    """Flag values (not None) -> config overrides with 'flag --x' as their source."""
+    """--set KEY=VALUE items, then flag values (not None) -> config overrides, with 'flag --x' as
+    their source. `keys` (parameter name -> config key) defaults to the running command's
+    config_flag options (config_keys)."""
+    if keys is None:
+        keys = config_keys(click.get_current_context().command)
     out: dict[str, tuple[Any, str]] = {}
     for item in set_values:
         key, sep, raw = item.partition("=")
@@ -72,7 +134,7 @@ def overrides_from(
                 hint=f"did you mean '{guess[0]}'?" if guess else "see `kit config show`",
             )
         out[key] = (parse_scalar(key, raw, f"flag --set {key}"), f"flag --set {key}")
-    for flag, key in mapping.items():
+    for flag, key in keys.items():
         value = flags.get(flag)
         if value is None or value == ():
             continue
@@ -173,4 +235,4 @@ def role_from_flags(head: bool, worker: bool, node_rank: int | None) -> Role:
 
 def cluster_overrides(cluster: str | None, set_values: tuple[str, ...]) -> dict[str, tuple[Any, str]]:
     """The overrides of a verb whose only config flags are the common ones (--cluster, --set)."""
-    return overrides_from({"cluster": cluster}, {"cluster": "cluster"}, set_values)
+    return overrides_from({"cluster": cluster}, set_values, {"cluster": "cluster"})

@@ -17,7 +17,7 @@ import kit.runtime as runtimes
 from kit import resources, validate
 from kit.cluster.images import build_image
 from kit.cluster.resolve import load_settings
-from kit.commands._options import config_options, json_option, overrides_from
+from kit.commands._options import config_flag, config_options, json_option, overrides_from
 from kit.commands._params import KitCommand
 from kit.errors import ConfigError, UsageError
 from kit.images.build import plan_build_context
@@ -84,7 +84,7 @@ containers/NAME/kit-NAME.def when it names the tag, else docker-daemon:TAG (--fr
 @click.option("--verbose", "-v", is_flag=True, help="Show every line of the builder's output, not only its steps.")
 @click.option("--from", "source", metavar="SOURCE", help="apptainer: what to build the SIF from (default: see above).")
 @click.option("--sif", type=click.Path(dir_okay=False), help="apptainer: the SIF to write.")
-@click.option("--runtime", type=click.Choice(["docker", "apptainer"]), help="Container runtime (config: runtime).")
+@config_flag("runtime", "--runtime", choices=("docker", "apptainer"), help="container runtime")
 @config_options
 @json_option
 def command(
@@ -107,9 +107,7 @@ def command(
     as_json: bool,
 ) -> None:
     flags = {"runtime": runtime, "cluster": cluster}
-    resolved = load_settings(
-        config_path, overrides_from(flags, {"runtime": "runtime", "cluster": "cluster"}, set_values)
-    )
+    resolved = load_settings(config_path, overrides_from(flags, set_values))
     config = resolved.config
     name = name or ("cpu" if config.accelerator == "cpu" else "vllm")
     if name == "ray" and base_image is None:

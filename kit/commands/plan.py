@@ -448,5 +448,5 @@ def _check_counts(values: dict[str, tuple[int | None, int]]) -> None:
 
 def _hf_token_file(config_path: str | None, set_values: tuple[str, ...]) -> str | None:
     """hf_token_file from the resolved configuration (kit.yaml < KIT_* < --set), for --fetch."""
-    resolved = load_settings(config_path, overrides_from({}, {}, set_values))
+    resolved = load_settings(config_path, overrides_from({}, set_values, {}))
     return resolved.config.hf_token_file

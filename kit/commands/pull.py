@@ -14,7 +14,7 @@ import click
 import kit.runtime as runtimes
 from kit.cluster.images import pull_image
 from kit.cluster.resolve import load_settings
-from kit.commands._options import config_options, json_option, overrides_from
+from kit.commands._options import config_flag, config_options, json_option, overrides_from
 from kit.commands._params import KitCommand
 from kit.images.records import images_file
 from kit.output import emit
@@ -40,10 +40,12 @@ only the result. --dry-run prints what would be pulled, by which runtime, to whe
 
 @click.command(name="pull", help=HELP, cls=KitCommand)
 @click.argument("image", required=False)
-@click.option(
+@config_flag(
+    "runtime",
     "--runtime",
-    type=click.Choice(["docker", "apptainer", "enroot", "pyxis", "edf"]),
-    help="Container runtime (config: runtime). enroot, pyxis, edf: enroot import into enroot.image_dir.",
+    choices=("docker", "apptainer", "enroot", "pyxis", "edf"),
+    help="container runtime",
+    note="enroot, pyxis, edf: enroot import into enroot.image_dir",
 )
 @click.option("--dry-run", is_flag=True, help="Print the reference, runtime and destination; pull nothing.")
 @config_options
@@ -60,9 +62,7 @@ def command(
     flags = {"runtime": runtime, "cluster": cluster}
     # The image and the runtime only: loaded, never planned (issue 25: a model kit cannot size
     # must not stop a pull).
-    config = load_settings(
-        config_path, overrides_from(flags, {"runtime": "runtime", "cluster": "cluster"}, set_values)
-    ).config
+    config = load_settings(config_path, overrides_from(flags, set_values)).config
     ref = config.image if image is None else image  # an empty IMAGE was refused, never replaced
     store = runtimes.get_image_store(config)
     plan = store.plan_pull(ref)  # a malformed reference is refused here, before anything runs

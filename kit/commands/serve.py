@@ -3,77 +3,50 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 import click
 
 from kit.cluster import Cluster, ServePlan, ServeResult
 from kit.cluster.host_share import one_host_overrides
-from kit.cluster.resolve import guessed_warning
-from kit.commands._options import config_options, json_option, layout_options, overrides_from
+from kit.commands._options import config_flag, config_options, json_option, layout_options, overrides_from
 from kit.commands._params import KitCommand
 from kit.commands._signals import sigterm_as_interrupt
 from kit.config import KitConfig
 from kit.errors import UsageError
-from kit.images.vllm_releases import unknown_warning
 from kit.layout import Layout
 from kit.output import emit, progress, warn
 from kit.plan.container_args import to_apptainer_env, to_apptainer_start_argv, to_docker_argv
-from kit.plan.exposure import exposures
 from kit.plan.node import ContainerSpec
 from kit.plan.roles import HEAD
 from kit.render import shell_quote, shell_words
 from kit.supervise.events import Event
 
-FLAG_KEYS = {
-    "model": "model.id",
-    "gpus": "gpus",
-    "gpus_per_node": "gpus_per_node",
-    "nodes": "nodes",
-    "backend": "backend",
-    "accelerator": "accelerator",
-    "runtime": "runtime",
-    "image": "image",
-    "tp": "model.tp",
-    "pp": "model.pp",
-    "dp": "model.dp",
-    "ep": "model.ep",
-    "served_name": "model.served_name",
-    "max_model_len": "model.max_model_len",
-    "port": "ports.api",
-    "timeout": "timeouts.ready",
-    "cluster": "cluster",
-    "supervise": "supervise.enabled",
-}
-
 
 @click.command(name="serve", cls=KitCommand)
 @click.argument("model_arg", metavar="[MODEL]", required=False)
-@click.option("--model", help="Model id or path (config: model.id).")
-@click.option("--gpus", help="GPUs of this host to serve on: 'all' or physical indices like 2,3 (config: gpus).")
-@click.option("--gpus-per-node", type=int, help="GPUs per node (config: gpus_per_node; MODEL: from --gpus).")
-@click.option("--nodes", type=int, help="Nodes in the cluster (config: nodes; MODEL: 1).")
-@click.option("--backend", type=click.Choice(["ray", "mp"]), help="Ray, or vLLM's mp backend (MODEL: mp).")
-@click.option("--accelerator", type=click.Choice(["gpu", "cpu"]), help="gpu, or cpu (vLLM CPU build).")
-@click.option("--runtime", type=click.Choice(["docker", "apptainer"]), help="Container runtime.")
-@click.option("--image", help="Image reference (or SIF path with --runtime apptainer).")
+@config_flag("model.id", "--model")
+@config_flag("gpus", "--gpus", help="GPUs of this host to serve on: 'all' or physical indices like 2,3")
+@config_flag("gpus_per_node", "--gpus-per-node", note="MODEL: from --gpus")
+@config_flag("nodes", "--nodes", note="MODEL: 1")
+@config_flag("backend", "--backend", note="MODEL: mp")
+@config_flag("accelerator", "--accelerator")
+@config_flag("runtime", "--runtime", choices=("docker", "apptainer"), help="container runtime")
+@config_flag("image", "--image")
 @layout_options
-@click.option("--served-name", help="Name clients use (config: model.served_name).")
-@click.option("--max-model-len", type=int, help="Context length (config: model.max_model_len).")
-@click.option("--port", type=int, help="API port (config: ports.api).")
-@click.option(
+@config_flag("model.served_name", "--served-name")
+@config_flag("model.max_model_len", "--max-model-len")
+@config_flag("ports.api", "--port")
+@config_flag(
+    "timeouts.ready",
     "--timeout",
-    type=int,
-    help="Seconds to wait for /health (config: timeouts.ready). With --supervise: each start's "
-    "deadline (a start not healthy in time is a failure, restarted up to supervise.max_restarts times).",
+    type=click.INT,  # seconds only: `auto` is the config's (kit.yaml, --set)
+    help="Seconds to wait for /health. With --supervise: each start's deadline (a start not healthy in time "
+    "is a failure, restarted up to supervise.max_restarts times)",
 )
 @click.option("--replace", is_flag=True, help="Stop a running server first.")
-@click.option(
-    "--supervise",
-    is_flag=True,
-    default=None,
-    help="Supervise it: restart the whole group on a failure (config: supervise.enabled).",
-)
+@config_flag("supervise.enabled", "--supervise")
 @click.option("--detach", is_flag=True, help="With --supervise: return once ready (supervision goes on).")
 @click.option(
     "--dry-run", is_flag=True, help="Print the `vllm serve` script each node would run (every rank); start nothing."
@@ -123,7 +96,7 @@ def command(
       kit serve --model meta-llama/Llama-3.1-70B-Instruct --max-model-len 32768 --timeout 3600
       kit serve --supervise --detach         # restart the group on failures; `kit status` shows it
     """
-    overrides = overrides_from(flags, FLAG_KEYS, set_values)
+    overrides = overrides_from(flags, set_values)
     if model_arg is not None:
         if flags.get("model"):
             raise UsageError("MODEL and --model name the same thing", hint="pass one of them")
@@ -141,17 +114,12 @@ def command(
             "warning: model.ep on accelerator cpu: vLLM's CPU build (0.32.0) starts, then fails every request "
             "(NotImplementedError in all_gatherv); set model.ep: false to serve on CPU"
         )
-    warnings = [e.warning() for e in exposures(config, ray=False)]  # the API without a key
-    guessed = guessed_warning(cluster.layout)
-    warnings += [guessed] if guessed else []
-    unknown = unknown_warning(config.vllm)
-    warnings += [unknown] if unknown else []
-    # A model not complete in hf_cache: said before anything starts (issue 19), with the fix.
+    # The model not complete in hf_cache is said before anything starts (issue 19), the rest once
+    # the plan is valid or the server is up (kit.cluster.warnings).
+    warnings = cluster.warnings()
     cache = cluster.model_cache()
-    cache_warnings = [cache.warning] if cache.warning else []
     if dry_run:
-        warnings = cache_warnings + warnings
-        warn(warnings, as_json=as_json)
+        warn(warnings.lines, as_json=as_json)
         plan = {**to_dict(cluster.plan_serve(), cluster.layout), "model_cache": cache.to_dict()}
         prefix = ""
         if model_arg is not None:  # the node `kit serve MODEL` starts first (the host-share check included)
@@ -164,7 +132,7 @@ def command(
             prefix = supervised_text(config) + "\n"
         emit(
             "serve",
-            {"dry_run": True, **plan, "warnings": warnings},
+            {"dry_run": True, **plan, "warnings": warnings.lines},
             as_json=as_json,
             text=lambda: prefix + dry_run_text(plan),
         )
@@ -173,8 +141,7 @@ def command(
         cluster.plan_node(HEAD)
     cluster.ensure_image(say)  # issue 24: an image kit never saw is probed now, before anything starts
     config = cluster.config
-    drift = cluster.layout_drift()
-    warnings += [drift] if drift else []
+    warnings = warnings.plus(cluster.layout_drift())
 
     def show_event(event: Event) -> None:
         say(f"{event.time} supervisor: {event.kind}: {event.reason}")
@@ -183,12 +150,12 @@ def command(
 
     with sigterm_as_interrupt():  # issue 18: SIGTERM cleans up like Ctrl-C
         if model_arg is not None:
-            start_node(cluster, say, cache_warnings)
-        result = cluster.serve(replace=replace, on_progress=say, notes=cache_warnings, on_event=show_event)
-    warn(warnings, as_json=as_json)
+            start_node(cluster, say, warnings.before)
+        result = cluster.serve(replace=replace, on_progress=say, notes=warnings.before, on_event=show_event)
+    warn(warnings.after, as_json=as_json)
     emit(
         "serve",
-        {**result.to_dict(), "model_cache": cache.to_dict(), "warnings": cache_warnings + warnings},
+        {**result.to_dict(), "model_cache": cache.to_dict(), "warnings": warnings.lines},
         as_json=as_json,
         text=serve_text(result, detach=detach)
         + (f"; stop it with: {shell_words(['kit', 'down', '--cluster', config.cluster])}" if model_arg else ""),
@@ -203,7 +170,7 @@ def command(
         raise
 
 
-def start_node(cluster: Cluster, say: Any, notes: list[str]) -> None:
+def start_node(cluster: Cluster, say: Any, notes: Sequence[str]) -> None:
     """`kit serve MODEL`: this host's node, unless it is running already (then it serves again)."""
     if any(node.state == "running" for node in cluster.nodes()):
         return

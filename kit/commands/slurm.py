@@ -17,91 +17,47 @@ from kit.cluster.resolve import (
     refuse_guessed,
     resolve,
 )
-from kit.commands._options import config_options, json_option, layout_options, overrides_from
+from kit.cluster.warnings import launcher_warnings
+from kit.commands._options import config_flag, config_options, json_option, layout_options, overrides_from
 from kit.commands._params import KitCommand, writable
-from kit.config import KitConfig
 from kit.errors import ConfigError
-from kit.images.vllm_releases import unknown_warning
 from kit.output import emit, progress, warn
-from kit.plan.image_check import unchecked_warning
 from kit.plan.slurm import SERVER_READY_MARK, check_slurm_config, plan_slurm_files
 from kit.render import shell_words
 from kit.safe import files as safefile
 
-FLAG_KEYS = {
-    "cluster": "cluster",
-    "image": "image",
-    "runtime": "runtime",
-    "backend": "backend",
-    "accelerator": "accelerator",
-    "nodes": "nodes",
-    "gpus_per_node": "gpus_per_node",
-    "tp": "model.tp",
-    "pp": "model.pp",
-    "dp": "model.dp",
-    "ep": "model.ep",
-    "model": "model.id",
-    "interface": "interface",
-    "account": "slurm.account",
-    "partition": "slurm.partition",
-    "qos": "slurm.qos",
-    "time": "slurm.time",
-    "cpus_per_task": "slurm.cpus_per_task",
-    "job_name": "slurm.job_name",
-    "job_output": "slurm.output",
-    "job_error": "slurm.error",
-    "supervise": "supervise.enabled",
-    "requeue": "slurm.requeue",
-    "exclusive": "slurm.exclusive",
-    "prologue": "slurm.prologue",
-    "login_host": "tunnel.login_host",
-    "ssh_port": "tunnel.ssh_port",
-    "api_listen": "api_listen",
-}
-
 
 @click.command(name="slurm", cls=KitCommand)
-@click.option("--nodes", type=int, help="Nodes (#SBATCH --nodes).")
-@click.option("--gpus-per-node", type=int, help="GPUs per node (#SBATCH --gpus-per-task, one task per node).")
-@click.option(
+@config_flag("nodes", "--nodes", note="#SBATCH --nodes")
+@config_flag("gpus_per_node", "--gpus-per-node", note="#SBATCH --gpus-per-task, one task per node")
+@config_flag(
+    "runtime",
     "--runtime",
-    type=click.Choice(["docker", "apptainer", "pyxis", "edf"]),
+    choices=("docker", "apptainer", "pyxis", "edf"),
     help="Container runtime on the nodes: docker, apptainer, pyxis (srun --container-image, enroot), "
-    "or edf (srun --environment: an environment definition file written beside the launcher).",
+    "or edf (srun --environment: an environment definition file written beside the launcher)",
 )
-@click.option("--backend", type=click.Choice(["ray", "mp"]), help="Ray cluster, or vLLM's mp backend.")
-@click.option("--accelerator", type=click.Choice(["gpu", "cpu"]), help="gpu, or cpu (vLLM CPU build).")
-@click.option("--image", help="Image reference, or a SIF path (apptainer) or squashfs path (pyxis, edf).")
-@click.option("--model", help="Model id or path.")
+@config_flag("backend", "--backend")
+@config_flag("accelerator", "--accelerator")
+@config_flag("image", "--image", help="Image reference, or a SIF path (apptainer) or squashfs path (pyxis, edf)")
+@config_flag("model.id", "--model")
 @layout_options
-@click.option("--interface", help="Interface every node uses (e.g. ib0); default: the route to the head.")
-@click.option("--account", help="#SBATCH --account (slurm.account).")
-@click.option("--partition", help="#SBATCH --partition (slurm.partition).")
-@click.option("--qos", help="#SBATCH --qos (slurm.qos).")
-@click.option("--time", help="#SBATCH --time walltime, e.g. 02:00:00 (slurm.time).")
-@click.option("--cpus-per-task", type=int, help="#SBATCH --cpus-per-task (slurm.cpus_per_task).")
-@click.option("--job-name", help="#SBATCH --job-name (slurm.job_name).")
-@click.option("--job-output", help="#SBATCH --output file, %j = job id (slurm.output).")
-@click.option("--job-error", help="#SBATCH --error file (slurm.error).")
-@click.option(
-    "--exclusive",
-    is_flag=True,
-    default=None,
-    help="#SBATCH --exclusive: whole nodes (slurm.exclusive); without it Docker takes the step's GPUs only.",
-)
-@click.option(
-    "--prologue",
-    help="A shell file of yours the job sources first: module load apptainer, site environment (slurm.prologue).",
-)
-@click.option("--api-listen", type=click.Choice(["node-ip", "all"]), help="Where the API listens (api_listen).")
-@click.option("--login-host", help="[USER@]HOST of the SSH tunnel line (tunnel.login_host).")
-@click.option("--ssh-port", type=int, help="SSH port of the login host (tunnel.ssh_port).")
-@click.option(
-    "--supervise/--no-supervise", default=None, help="Restart the whole group on a failure (supervise.enabled)."
-)
-@click.option(
-    "--requeue/--no-requeue", default=None, help="#SBATCH --requeue; requeue when the nodes fail (slurm.requeue)."
-)
+@config_flag("interface", "--interface", help="Interface every node uses (e.g. ib0); default: the route to the head")
+@config_flag("slurm.account", "--account")
+@config_flag("slurm.partition", "--partition")
+@config_flag("slurm.qos", "--qos")
+@config_flag("slurm.time", "--time", help="#SBATCH --time walltime, e.g. 02:00:00")
+@config_flag("slurm.cpus_per_task", "--cpus-per-task")
+@config_flag("slurm.job_name", "--job-name")
+@config_flag("slurm.output", "--job-output", help="#SBATCH --output file, %j = job id")
+@config_flag("slurm.error", "--job-error", help="#SBATCH --error file")
+@config_flag("slurm.exclusive", "--exclusive")
+@config_flag("slurm.prologue", "--prologue")
+@config_flag("api_listen", "--api-listen")
+@config_flag("tunnel.login_host", "--login-host")
+@config_flag("tunnel.ssh_port", "--ssh-port")
+@config_flag("supervise.enabled", "--supervise/--no-supervise")
+@config_flag("slurm.requeue", "--requeue/--no-requeue", help="#SBATCH --requeue; requeue when the nodes fail")
 @click.option("-o", "--out", "out_path", type=click.Path(dir_okay=False), help="Write the launcher here.")
 @click.option("--submit", is_flag=True, help="Write the launcher (default kit-CLUSTER.sbatch) and run sbatch.")
 @config_options
@@ -133,7 +89,7 @@ def command(
       kit status --slurm JOBID               # queue state and the ready line
       kit down --slurm JOBID                 # scancel, and nothing is left running
     """
-    resolution = resolve(config_path, overrides_from(flags, FLAG_KEYS, set_values))
+    resolution = resolve(config_path, overrides_from(flags, set_values))
     sources = resolution.resolved.sources
     # The nodes' cache cannot be seen from here: the login node's view of the shared hf_cache
     # decides offline or not for every node (issue 19), and a line says which.
@@ -151,7 +107,7 @@ def command(
     path = Path(out_path or f"kit-{config.cluster}.sbatch")
     launcher, *edfs = files = plan_slurm_files(config, str(path))
     text = files[launcher]
-    warnings = _warnings(cache, config)
+    warnings = launcher_warnings(config, resolution.layout, cache).lines
     layout = {**layout_fields(resolution), "model_cache": cache.to_dict(), "warnings": warnings}
     if out_path is None and not submit:
         progress(layout_line(resolution, cache), as_json=as_json)
@@ -189,22 +145,6 @@ def command(
             f"  stop:   kit down --slurm {job}"
         ),
     )
-
-
-def _warnings(cache: ModelCache, config: KitConfig) -> list[str]:
-    """The model cache's line; an image whose vLLM release kit cannot tell (a .sif, a `latest`
-    tag), rendered for kit's default release; an API on an interface the login host may not reach."""
-    out = [cache.warning] if cache.warning else []
-    unknown = unknown_warning(config.vllm)
-    out += [unknown] if unknown else []
-    if config.interface != "auto" and config.api_listen == "node-ip":
-        out.append(
-            "the API listens on the head's address on the interface set (interface), which the login host may "
-            "not reach: set api_listen: all (every interface) if the tunnel cannot connect"
-        )
-    if config.image_options is None:  # issue 24: no record of the image's parser here
-        out.append(unchecked_warning(config))
-    return out
 
 
 def layout_fields(resolution: Resolution) -> dict[str, Any]:

@@ -8,10 +8,15 @@ from typing import Any
 import click
 
 from kit.cluster import Cluster, NodePlan
-from kit.cluster.resolve import guessed_warning
-from kit.commands._options import config_options, json_option, layout_options, overrides_from, role_from_flags
+from kit.commands._options import (
+    config_flag,
+    config_options,
+    json_option,
+    layout_options,
+    overrides_from,
+    role_from_flags,
+)
 from kit.commands._params import KitCommand
-from kit.images.vllm_releases import unknown_warning
 from kit.output import emit, progress, warn
 from kit.plan.container_args import (
     to_apptainer_env,
@@ -20,51 +25,28 @@ from kit.plan.container_args import (
     to_docker_argv,
     to_docker_kwargs,
 )
-from kit.plan.exposure import exposures
-from kit.plan.vllm import serves_api
 from kit.render import shell_quote, shell_words
 from kit.runtime import check_local
-
-FLAG_KEYS = {
-    "head_address": "head_address",
-    "node_ip": "node_ip",
-    "interface": "interface",
-    "image": "image",
-    "runtime": "runtime",
-    "backend": "backend",
-    "accelerator": "accelerator",
-    "nodes": "nodes",
-    "gpus_per_node": "gpus_per_node",
-    "gpus": "gpus",
-    "tp": "model.tp",
-    "pp": "model.pp",
-    "dp": "model.dp",
-    "ep": "model.ep",
-    "model": "model.id",
-    "network": "network",
-    "cluster": "cluster",
-    "timeout": "timeouts.join",
-}
 
 
 @click.command(name="up", cls=KitCommand)
 @click.option("--head", "is_head", is_flag=True, help="Start the head node (rank 0). The default.")
 @click.option("--worker", "is_worker", is_flag=True, help="Start a worker node (needs --head-address).")
 @click.option("--node-rank", type=int, help="This worker's rank, 1..nodes-1 (default 1).")
-@click.option("--head-address", help="The head node's IPv4 address.")
-@click.option("--node-ip", help="This node's IPv4 address (default: auto).")
-@click.option("--interface", help="Interface for NCCL/Gloo (default: the one carrying the node IP).")
-@click.option("--image", help="Image reference (or SIF path with --runtime apptainer).")
-@click.option("--runtime", type=click.Choice(["docker", "apptainer"]), help="Container runtime.")
-@click.option("--backend", type=click.Choice(["ray", "mp"]), help="Ray cluster, or vLLM's mp backend.")
-@click.option("--accelerator", type=click.Choice(["gpu", "cpu"]), help="gpu, or cpu (vLLM CPU build).")
-@click.option("--nodes", type=int, help="Nodes in the cluster.")
-@click.option("--gpus-per-node", type=int, help="GPUs per node.")
-@click.option("--gpus", help="'all' or indices like 0,1.")
+@config_flag("head_address", "--head-address")
+@config_flag("node_ip", "--node-ip")
+@config_flag("interface", "--interface")
+@config_flag("image", "--image")
+@config_flag("runtime", "--runtime", choices=("docker", "apptainer"), help="container runtime")
+@config_flag("backend", "--backend")
+@config_flag("accelerator", "--accelerator")
+@config_flag("nodes", "--nodes")
+@config_flag("gpus_per_node", "--gpus-per-node")
+@config_flag("gpus", "--gpus")
 @layout_options
-@click.option("--model", help="Model id or path.")
-@click.option("--network", help="Docker network for local multi-node simulation (fixed IP per node).")
-@click.option("--timeout", type=int, help="Seconds to wait for the node to be ready (timeouts.join).")
+@config_flag("model.id", "--model")
+@config_flag("network", "--network")
+@config_flag("timeouts.join", "--timeout")
 @click.option("--replace", is_flag=True, help="Recreate the container if it already exists.")
 @click.option("--no-wait", is_flag=True, help="Return once the container is started.")
 @click.option("--dry-run", is_flag=True, help="Print the entrypoint script and the exact command; start nothing.")
@@ -94,25 +76,22 @@ def command(
       kit up --head --network kitnet --accelerator cpu   # local simulation
     """
     role = role_from_flags(is_head, is_worker, node_rank)
-    cluster = Cluster.load(config_path, overrides_from(flags, FLAG_KEYS, set_values))
+    cluster = Cluster.load(config_path, overrides_from(flags, set_values))
     check_local(cluster.config)  # pyxis/edf: srun starts the containers (a dry run included)
     if not dry_run:  # issue 24: an image kit never saw is probed now, before any container starts
         cluster.ensure_image(functools.partial(progress, as_json=as_json))
     node = cluster.plan_node(role)
     plan = describe(cluster, node)
-    # What the node leaves open (no API key, no Ray token), and a layout this host could only
-    # guess: one stderr line each once the plan is valid (a dry run) or the node is up, and a
-    # `warnings` field in --json output.
-    warnings = [e.warning() for e in exposures(cluster.config, api=serves_api(cluster.config, role))]
-    warnings += _guessed(cluster) + _version(cluster)
-    # A model not complete in hf_cache: said before anything starts (issue 19), with the fix.
+    # The model not complete in hf_cache is said before anything starts (issue 19); what the node
+    # leaves open and what this host could only guess once the plan is valid (a dry run) or the
+    # node is up: one stderr line each, and the `warnings` field of --json (kit.cluster.warnings).
+    warnings = cluster.warnings(role)
     cache = cluster.model_cache()
-    cache_warnings = [cache.warning] if cache.warning else []
     if dry_run:
-        warn(cache_warnings + warnings, as_json=as_json)
+        warn(warnings.lines, as_json=as_json)
         emit(
             "up",
-            {"dry_run": True, **plan, "warnings": cache_warnings + warnings},
+            {"dry_run": True, **plan, "warnings": warnings.lines},
             as_json=as_json,
             text=lambda: dry_run_text(plan),
         )
@@ -122,9 +101,9 @@ def command(
 
     with sigterm_as_interrupt():  # issue 18: SIGTERM (a scheduler, `kill`) cleans up like Ctrl-C
         result = cluster.up(
-            role, replace=replace, wait=not no_wait, on_progress=say, plan=node, notes=cache_warnings
+            role, replace=replace, wait=not no_wait, on_progress=say, plan=node, notes=warnings.before
         ).to_dict()
-    warn(warnings, as_json=as_json)
+    warn(warnings.after, as_json=as_json)
     net = node.net
     emit(
         "up",
@@ -133,21 +112,11 @@ def command(
             "node_ip": net.ip,
             "interface": net.interface,
             "model_cache": cache.to_dict(),
-            "warnings": cache_warnings + warnings,
+            "warnings": warnings.lines,
         },
         as_json=as_json,
         text=f"{result['container']}: {result['state']} ({node.spec.role.label}, {net.ip} on {net.interface})",
     )
-
-
-def _guessed(cluster: Cluster) -> list[str]:
-    line = guessed_warning(cluster.layout)
-    return [line] if line else []
-
-
-def _version(cluster: Cluster) -> list[str]:
-    line = unknown_warning(cluster.config.vllm)
-    return [line] if line else []
 
 
 def describe(cluster: Cluster, node: NodePlan) -> dict[str, Any]:

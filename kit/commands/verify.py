@@ -199,7 +199,7 @@ def command(
             # Issue 24: "will this cluster config start on this image?" The config is resolved once
             # the image's facts are recorded: the image's own parser shapes the plan.
             overrides = overrides_from(
-                {"cluster": cluster, "image": image}, {"cluster": "cluster", "image": "image"}, set_values
+                {"cluster": cluster, "image": image}, set_values, {"cluster": "cluster", "image": "image"}
             )
 
             def plan() -> tuple[KitConfig, Mapping[str, str]]:
@@ -222,7 +222,7 @@ def command(
     else:
         # The cluster that runs, as it runs (its labels and kit's record: issue 25); --nodes,
         # --gpus-per-node and --model are what to expect of it, checked against the probes.
-        probed = Cluster.find(config_path, overrides_from({"cluster": cluster}, {"cluster": "cluster"}, set_values))
+        probed = Cluster.find(config_path, overrides_from({"cluster": cluster}, set_values, {"cluster": "cluster"}))
         expected = {"nodes": expected_nodes, "gpus_per_node": gpus_per_node, "model": model}
         if collective_kind is None:
             spec = dataclasses.replace(spec, collectives=collectives_for(operated_config(probed, expected)))

@@ -25,7 +25,7 @@ def hf_cache_with(tmp_path: Path, name: str, repo: str) -> Path:
 
 def resolved(tmp_path: Path, **values: object) -> tuple[int, int, str]:
     mapping = {k: k.replace("__", ".") for k in values}
-    r = resolve(None, overrides_from(values, mapping))
+    r = resolve(None, overrides_from(values, keys=mapping))
     return r.config.tp, r.config.pp, r.sources["model.tp"]
 
 
