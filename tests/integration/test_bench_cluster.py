@@ -143,33 +143,35 @@ def test_malformed_dataset_is_one_line_exit_3(served: dict[str, Any]) -> None:
     assert "bad.jsonl:2: not valid JSON" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
-def test_tune_ranks_tp1_tp2_and_dp2_and_leaves_nothing(served: dict[str, Any], docker_client: Any) -> None:
+def test_tune_ranks_tp1_and_dp2_and_leaves_nothing(served: dict[str, Any], docker_client: Any) -> None:
+    """Two layouts (one node, two nodes): TP=2 over both nodes is the module's own server, so
+    bringing it up a second time here would test nothing new (CI time, issue 26)."""
     name = f"kt{os.getpid() % 100000}"
     state = served["root"] / "tune-state"
     env = two_node_mp_env(name, served["hf_cache"], served["key"], second_octet=SECOND_OCTET)
     kit = make_kit(state, env)
     png = served["root"] / "tune.png"
-    args = ["tune", "--layouts", "tp1,tp2,tp1-dp2", "--budget", "18m", "-n", "4", "-c", "2", "--output-len", "8"]
+    args = ["tune", "--layouts", "tp1,tp1-dp2", "--budget", "12m", "-n", "4", "-c", "2", "--output-len", "8"]
     try:
         result = kit(*args, "--plot", str(png), "--json", timeout=1200)
         assert result.returncode == 0, result.stderr[-3000:]
         doc = json.loads(result.stdout)["result"]
         ranking = {r["layout"]: r for r in doc["ranking"]}
-        assert set(ranking) == {"tp1", "tp2", "tp1-dp2"} and all(r["status"] == "done" for r in ranking.values())
-        assert [ranking[k]["nodes"] for k in ("tp1", "tp2", "tp1-dp2")] == [1, 2, 2]
+        assert set(ranking) == {"tp1", "tp1-dp2"} and all(r["status"] == "done" for r in ranking.values())
+        assert [ranking[k]["nodes"] for k in ("tp1", "tp1-dp2")] == [1, 2]
         # the fastest, or one within --tie (5%) of it on fewer nodes/GPUs
         fastest, chosen = doc["ranking"][0], ranking[doc["recommendation"]]
         assert chosen["output_throughput"] >= fastest["output_throughput"] * (1 - doc["tie"])
         assert (chosen["nodes"], chosen["gpus"]) <= (fastest["nodes"], fastest["gpus"])
         assert all(p["metrics"]["total_output_tokens"] == 32 for p in doc["points"])
         plans = {(p["cluster"]["plan"]["tp"], p["cluster"]["plan"].get("dp", 1)) for p in doc["points"]}
-        assert plans == {(1, 1), (2, 1), (1, 2)}
+        assert plans == {(1, 1), (1, 2)}
         assert png.stat().st_size > 10_000
         assert not docker_client.containers.list(all=True, filters={"label": f"kit.cluster={name}"})
         # resumable: a second run keeps both measured layouts and starts nothing
         again = kit(*args)
         assert again.returncode == 0, again.stderr
-        assert again.stderr.count("in an earlier run") == 3 and "serving at" not in again.stderr
+        assert again.stderr.count("in an earlier run") == 2 and "serving at" not in again.stderr
         assert "recommended: tp" in again.stdout
     finally:
         kit("down")

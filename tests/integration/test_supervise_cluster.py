@@ -55,6 +55,11 @@ SUPERVISE_ENV = {
 MODEL_DIR = "models--kit--tiny-llama"  # kit demo --prepare-only's model in the HF cache
 DETECT_S = 15  # issue 18's goal for detection, checked here with slack for a loaded 2-CPU host
 RECOVER_S = 300
+# A fault whose detection and restart do not depend on the layout runs on TP=2 only (CI time, issue
+# 26): a dead process or container stops the whole group the same way for both; DP=2 keeps the
+# serving check and the hang, whose detection watches a different engine (EngineCore_DP1).
+# benchmarks/recovery.py still measures every fault on both layouts.
+ONCE = "once is enough: the TP layout covers it"
 
 
 @pytest.fixture(scope="module", params=list(LAYOUTS))
@@ -200,6 +205,8 @@ def test_serving_under_supervision_and_status_says_so(cluster: dict[str, Any]) -
 
 
 def test_kill_9_of_the_engine_in_the_head_restarts_the_group(cluster: dict[str, Any]) -> None:
+    if cluster["layout"] != "tp2":
+        pytest.skip(ONCE)
     wait_stable(cluster)
     before = pids(cluster)
     load = sup.Load(cluster["url"]).start()
@@ -243,6 +250,8 @@ def test_a_stopped_engine_is_a_hang_and_restarts_the_group(cluster: dict[str, An
 
 
 def test_a_killed_worker_container_is_started_again_and_the_group_restarts(cluster: dict[str, Any]) -> None:
+    if cluster["layout"] != "tp2":
+        pytest.skip(ONCE)
     wait_stable(cluster)
     load = sup.Load(cluster["url"]).start()
     time.sleep(5)
@@ -261,7 +270,7 @@ def test_a_killed_worker_container_is_started_again_and_the_group_restarts(clust
 
 def test_a_restarted_head_container_resumes_supervision(cluster: dict[str, Any]) -> None:
     if cluster["layout"] != "tp2":
-        pytest.skip("once is enough: the TP layout covers it")
+        pytest.skip(ONCE)
     wait_stable(cluster)
     fault_at = time.time()
     head(cluster).restart(timeout=5)
@@ -277,7 +286,7 @@ def test_a_restarted_head_container_resumes_supervision(cluster: dict[str, Any])
 
 def test_a_restart_loop_that_never_succeeds_gives_up_with_exit_6_and_nothing_left(cluster: dict[str, Any]) -> None:
     if cluster["layout"] != "tp2":
-        pytest.skip("once is enough: the TP layout covers it")
+        pytest.skip(ONCE)
     wait_stable(cluster)
     moved = Path(cluster["hf_cache"]) / "kit-moved-away"
     moved.mkdir(exist_ok=True)
