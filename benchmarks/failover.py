@@ -19,7 +19,8 @@ runner with --keep-going (every failure counted and timed), `--rate` requests a 
             at each replica in turn, the same share each (rounds alternate): p50 added by the
             router; goal <= 2 ms.
 
-    python benchmarks/failover.py [--rate 2] [--overhead-requests 40] [--rounds 3] [--json]
+    python benchmarks/failover.py [--rate 2] [--overhead-requests 40] [--rounds 3] [--no-api-key]
+        [--only all|overhead] [--json]
 """
 
 from __future__ import annotations
@@ -69,9 +70,11 @@ def kit(args: list[str], env: dict[str, str], timeout: float = 900) -> subproces
     return done
 
 
-def outage(client: Any, name: str, url: str, rate: float, events_in: str, until: str) -> dict[str, Any]:
+def outage(
+    client: Any, name: str, url: str, key: str | None, rate: float, events_in: str, until: str
+) -> dict[str, Any]:
     """Load, kill -9 the worker's engine, wait for `until` in the coordinator of `events_in`."""
-    load = rep.Load(url, KEY, rate=rate, concurrency=4, seconds=400).start()
+    load = rep.Load(url, key, rate=rate, concurrency=4, seconds=400).start()
     time.sleep(8)
     worker = client.containers.get(f"kit-{name}-worker-1")
     fault = time.time()
@@ -89,41 +92,41 @@ def outage(client: Any, name: str, url: str, rate: float, events_in: str, until:
     }
 
 
-def ttfts(url: str, n: int) -> list[float]:
+def ttfts(url: str, key: str | None, n: int) -> list[float]:
     prompts = [Prompt(({"role": "user", "content": f"overhead {i}"},), 4, 8) for i in range(n)]
-    run = Runner(Target(url, "tiny", api_key=KEY, timeout_s=60)).run(prompts, LoadPoint(math.inf, 1))
+    run = Runner(Target(url, "tiny", api_key=key, timeout_s=60)).run(prompts, LoadPoint(math.inf, 1))
     return [r.ttft for r in run.records if r.success]
 
 
-def wait_routed(router: str, count: int, timeout: float = 300) -> None:
+def wait_routed(router: str, key: str | None, count: int, timeout: float = 300) -> None:
     """Every replica in the router and healthy (were one to fail after its readmission, its
     coordinator restarts and readmits it)."""
     from kit.net import router as router_api
 
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        got = router_api.replicas(router, KEY)
+        got = router_api.replicas(router, key)
         if len(got) == count and all(w.healthy for w in got):
             return
         time.sleep(2)
     raise RuntimeError(f"not every replica routed and healthy within {timeout} s")
 
 
-def overhead(router: str, direct: list[str], n: int, rounds: int) -> dict[str, Any]:
+def overhead(router: str, direct: list[str], key: str | None, n: int, rounds: int) -> dict[str, Any]:
     """The router's round robin spreads requests over every replica, so the direct side asks each
     replica in turn for its share: the two sides then differ by the router alone."""
     via: list[float] = []
     straight: list[float] = []
-    ttfts(router, 10)  # warm both replicas through the router, then the direct path
+    ttfts(router, key, 10)  # warm both replicas through the router, then the direct path
     for url in direct:
-        ttfts(url, 5)
+        ttfts(url, key, 5)
     for i in range(rounds):
         for side in ("router", "direct") if i % 2 == 0 else ("direct", "router"):
             if side == "router":
-                via.extend(ttfts(router, n))
+                via.extend(ttfts(router, key, n))
             else:
                 for k, url in enumerate(direct):
-                    straight.extend(ttfts(url, n // len(direct) + (k < n % len(direct))))
+                    straight.extend(ttfts(url, key, n // len(direct) + (k < n % len(direct))))
     if not via or not straight:
         raise RuntimeError(f"no answered request to time ({len(via)} via the router, {len(straight)} direct)")
     p50_via, p50_direct = statistics.median(via), statistics.median(straight)
@@ -141,8 +144,13 @@ def main() -> int:
     parser.add_argument("--overhead-requests", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--subnet-octet", type=int, default=231)
+    parser.add_argument(
+        "--no-api-key", action="store_true", help="serve without api_key_file (the router then checks no key)"
+    )
+    parser.add_argument("--only", choices=("all", "overhead"), default="all", help="overhead: skip both outages")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    key = None if args.no_api_key else KEY
     client = docker.from_env()
     root = Path(tempfile.mkdtemp(prefix="kit-failover-"))
     key_file = root / "api_key"
@@ -151,7 +159,7 @@ def main() -> int:
     env = {**os.environ, "KIT_STATE_DIR": str(root / "state")}
     hf = json.loads(kit(["demo", "--prepare-only", "--json"], env).stdout)["result"]["hf_cache"]
     name = f"kfail{os.getpid() % 10000}"
-    env.update(two_node_mp_env(name, hf, key_file, second_octet=args.subnet_octet))
+    env.update(two_node_mp_env(name, hf, None if key is None else key_file, second_octet=args.subnet_octet))
     env.update(SUPERVISE)
     routed = {**env, "KIT_MODEL_DP_LB": "router"}
     out: dict[str, Any] = {}
@@ -163,24 +171,35 @@ def main() -> int:
         url = served["url"]
         head_ip = client.containers.get(f"kit-{name}-head").labels["kit.node-ip"]
         worker_ip = client.containers.get(f"kit-{name}-worker-1").labels["kit.node-ip"]
-        wait_routed(url, 2)
+        wait_routed(url, key, 2)
         replicas = [f"http://{ip}:8100" for ip in (head_ip, worker_ip)]  # ports.replica, one per node
-        out["overhead"] = overhead(url, replicas, args.overhead_requests, args.rounds)
-        wait_routed(url, 2)
-        out["replicas"] = outage(client, name, url, args.rate, "worker-1", "readmitted")
+        out["overhead"] = {
+            "api_key": key is not None,
+            **overhead(url, replicas, key, args.overhead_requests, args.rounds),
+        }
+        if args.only == "overhead":
+            return report(out, args.json)
+        wait_routed(url, key, 2)
+        out["replicas"] = outage(client, name, url, key, args.rate, "worker-1", "readmitted")
         kit(["down"], routed)  # today's whole-group restart on fresh nodes of the same shape
         for role in ("--worker", "--head"):
             kit(["up", role], env)
         kit(["serve", "--supervise", "--detach"], env, 900)
-        out["group"] = outage(client, name, f"http://{head_ip}:8000", args.rate, "head", "ready")
+        out["group"] = outage(client, name, f"http://{head_ip}:8000", key, args.rate, "head", "ready")
     finally:
         subprocess.run([sys.executable, "-m", "kit", "down"], env=env, capture_output=True, check=False)
-    if args.json:
+    return report(out, args.json)
+
+
+def report(out: dict[str, Any], as_json: bool) -> int:
+    if as_json:
         print(json.dumps(out, indent=2))
         return 0
     print("outage after kill -9 of one engine under load (fault -> back in service)")
     print(f"{'':10} {'detect s':>9} {'back s':>7} {'sent':>5} {'answered':>9} {'availability':>13}")
     for what in ("replicas", "group"):
+        if what not in out:
+            continue
         r = out[what]
         cells = f"{r['detect_s']:>9} {r['back_s']:>7} {r['sent']:>5} {r['answered']:>9} {r['availability']:>13}"
         print(f"{what:10} {cells}")
