@@ -24,7 +24,9 @@ from kit.errors import ConfigError
 from kit.images.vllm_releases import unknown_warning
 from kit.output import emit, progress, warn
 from kit.plan.image_check import unchecked_warning
+from kit.plan.replicas import router_mode
 from kit.plan.slurm import SERVER_READY_MARK, check_slurm_config, plan_slurm_files
+from kit.plan.slurm_replicas import plan_router_files
 from kit.render import shell_words
 from kit.safe import files as safefile
 
@@ -149,15 +151,19 @@ def command(
         check_secret_files(config, sources)  # the launcher checks again on every node
         check_local_model(config, sources)
     path = Path(out_path or f"kit-{config.cluster}.sbatch")
-    launcher, *edfs = files = plan_slurm_files(config, str(path))
+    router = router_mode(config)  # issue 29: the replicas' array launcher, then the router's job
+    files = plan_router_files(config, str(path)) if router else plan_slurm_files(config, str(path))
+    launcher, *edfs = files
     text = files[launcher]
     warnings = _warnings(cache, config)
     layout = {**layout_fields(resolution), "model_cache": cache.to_dict(), "warnings": warnings}
     if out_path is None and not submit:
         progress(layout_line(resolution, cache), as_json=as_json)
         warn(warnings, as_json=as_json)
-        extra = {"edf": {p: files[p] for p in edfs}} if edfs else {}
-        shown = "".join([text, *(f"# ---- kit: {p} (environment definition) ----\n{files[p]}" for p in edfs)])
+        what = "the router's job" if router else "environment definition"
+        key = "router_launcher" if router else "edf"
+        extra = {key: ({p: files[p] for p in edfs} if not router else files[edfs[0]])} if edfs else {}
+        shown = "".join([text, *(f"# ---- kit: {p} ({what}) ----\n{files[p]}" for p in edfs)])
         emit("slurm", {"launcher": text, **extra, **layout}, as_json=as_json, text=shown.rstrip("\n"))
         return
     for name in files:  # one line before anything is written (a missing folder, a folder)
@@ -166,7 +172,7 @@ def command(
         _write_atomically(Path(name), files[name], mode=0o755 if name == launcher else 0o644)
     result: dict[str, Any] = {"path": str(path), "nodes": config.nodes, "runtime": config.runtime, **layout}
     if edfs:
-        result["edf"] = edfs
+        result["router_launcher" if router else "edf"] = edfs[0] if router else edfs
     progress(layout_line(resolution, cache), as_json=as_json)
     warn(warnings, as_json=as_json)
     if not submit:
@@ -175,7 +181,11 @@ def command(
     from kit.runtime import get_job_control
 
     progress(f"wrote {path}; submitting", as_json=as_json)
-    job = get_job_control().submit(path)
+    jobs = get_job_control()
+    job = jobs.submit(path)
+    if router:  # the replicas' array first; the router's job is given its id (and is the job to follow)
+        result["replicas_job"] = job
+        job = jobs.submit(edfs[0], [job])
     result["job_id"] = job
     result["job_output"] = config.slurm.output.replace("%j", job)
     emit(
@@ -183,7 +193,9 @@ def command(
         result,
         as_json=as_json,
         text=(
-            f"submitted job {job}\n"
+            f"submitted job {job}"
+            + (f" (vLLM's router; the replicas: array job {result['replicas_job']})" if router else "")
+            + "\n"
             f"  output: {result['job_output']} (look for {SERVER_READY_MARK}: the URL and the SSH tunnel)\n"
             f"  status: kit status --slurm {job}\n"
             f"  stop:   kit down --slurm {job}"
