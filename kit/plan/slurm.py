@@ -296,13 +296,6 @@ def check_slurm_router(config: KitConfig, sources: Mapping[str, str]) -> None:
             source=sources.get("supervise.enabled"),
             hint="unset supervise.enabled and set slurm.requeue",
         )
-    if config.replica_head:
-        raise ConfigError(
-            "`kit slurm` cannot honour replica_head: each array task finds its replica's first node itself",
-            key="replica_head",
-            source=sources.get("replica_head"),
-            hint="unset replica_head",
-        )
     taken = {v: k for k, v in vars(config.ports).items() if k not in ("ray_min_worker", "ray_max_worker")}
     for base, name in ((config.ports.replica, "replica"), (config.ports.mp_master, "mp_master")):
         # SLURM may put every task on one node: each replica has its own port from the base.
@@ -379,6 +372,8 @@ def launcher_context(config: KitConfig, scripts: Mapping[str, str]) -> dict[str,
         "server_timeout_mark": SERVER_TIMEOUT_MARK,
         "supervise": config.supervise.enabled,
         "requeue": config.slurm.requeue,
+        # the job that requeues itself (an array task: only itself, never its whole array)
+        "this_job": "${SLURM_JOB_ID}",
         "compile_cache": config.compile_cache.dir,
         # issue 28: the site's prologue, what every node checks before anything starts, the GPUs
         "prologue": config.slurm.prologue,

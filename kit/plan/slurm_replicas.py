@@ -166,6 +166,9 @@ def plan_replicas_launcher(config: KitConfig) -> str:
         server_timeout_mark=REPLICA_TIMEOUT_MARK,
         job_tmp=True,
         node_function="kit_node_step",
+        # This task alone: JOBID of an array's task that carries the array's own id would name
+        # every task of the array (scontrol update, scontrol requeue).
+        this_job="${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}",
     )
     return render("sbatch_replicas.sh.j2", **context)
 
