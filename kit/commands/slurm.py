@@ -123,6 +123,9 @@ def command(
     With pyxis/edf (enroot sites) srun starts the containers: each prints a KIT_PROBE line that
     `kit verify --job-output FILE` judges (GPUs, /dev/infiniband, memlock, /dev/shm).
     Secrets stay in their files (hf_token_file, api_key_file, ray_token_file), read at run time, never written.
+    With model.dp_lb router (Docker): a job array, one task per replica, and vLLM's router as a job of
+    its own (FILE-router.sbatch beside it); --submit submits both, and the router's job id is the one
+    `kit status/down --slurm` take.
     model.tp/model.pp `auto` needs the model's config.json on this host (else set them): every
     node of the job must run the same layout.
 
