@@ -319,3 +319,51 @@ def test_the_router_job_refuses_a_missing_or_odd_array_job_id(tmp_path: Path) ->
         )
         assert done.returncode == 1 and "give this job the replicas' array job id" in done.stderr
         assert not (tmp_path / "r.jsonl").exists()  # nothing ran
+
+
+# ---- kit status/down --slurm of the router's job reach the replicas' array ---------------------
+
+FAKE_SQUEUE = r"""#!/bin/bash
+# squeue -h -j JOB -o FORMAT: job 42 (the router's, its comment naming 41) and array 41 (two tasks),
+# each gone once scancel touched $KIT_FAKE_DIR/cancelled-JOB.
+job="$3" format="$5"
+[ -e "${KIT_FAKE_DIR}/cancelled-${job}" ] && { echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1; }
+case "${job}:${format}" in
+  42:%k) echo "kit-replicas-job=41" ;;
+  42:*) echo "42|RUNNING|0:10|9:50|1|vm|kit-router|debug" ;;
+  41:%i\|%T\|%k) echo "41_0|RUNNING|http://10.0.0.1:8100"; echo "41_1|RUNNING|http://10.0.0.1:8101" ;;
+  41:%k) echo "http://10.0.0.1:8100" ;;
+  41:*) echo "41_0|RUNNING|0:10|9:50|1|vm|kit|debug"; echo "41_1|RUNNING|0:10|9:50|1|vm|kit|debug" ;;
+esac
+"""
+
+
+def test_status_and_down_of_the_router_job_reach_its_replicas(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kit.runtime.slurm import Slurm
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    stubs = {
+        "squeue": FAKE_SQUEUE,
+        "scontrol": "#!/bin/sh\nexit 1\n",
+        "scancel": '#!/bin/sh\necho "$@" >> "$KIT_FAKE_DIR/scancel.log"; touch "$KIT_FAKE_DIR/cancelled-$1"\n',
+    }
+    for name, body in stubs.items():
+        (bindir / name).write_text(body)
+        (bindir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    monkeypatch.setenv("KIT_FAKE_DIR", str(tmp_path))
+    removed: list[str] = []
+    slurm = Slurm(remove_containers=lambda job: removed.append(job) or [f"kit-c-{job}"])
+
+    status = slurm.status("42")
+    assert status.replicas_job == "41" and [r["task"] for r in status.replicas] == ["41_0", "41_1"]
+    assert "  replicas: job 41" in status.render() and "41_1: RUNNING http://10.0.0.1:8101" in status.render()
+    array = slurm.status("41")  # the array's own id: its first task's row, no replicas of its own
+    assert array.in_queue and array.state == "RUNNING" and array.replicas_job is None
+
+    done = slurm.cancel("42", timeout=5)
+    assert done.gone and done.replicas is not None and done.replicas.gone and done.replicas.was_in_queue
+    assert (tmp_path / "scancel.log").read_text().split() == ["42", "41"] and sorted(removed) == ["41", "42"]
+    assert done.to_dict()["replicas"]["job_id"] == "41"
+    assert "replicas: job 41: cancelled (RUNNING)" in done.render()
