@@ -93,6 +93,8 @@ def test_two_replicas_behind_the_router_survive_one_cancelled_task_and_down_clea
         env={"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1"},
         model={"id": MODEL, "tp": 1, "pp": 1, "dp": 2, "dp_lb": "router", "extra_args": ["--enforce-eager"]},
         router={"image": ROUTER_IMAGE},
+        # off kit's defaults: other clusters (and their routers) may share this host
+        ports={"api": 18400, "replica": 18410, "mp_master": 18420, "router_metrics": 18490},
     )
     result = kit("slurm", "--config", str(config), "--submit", "--json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr

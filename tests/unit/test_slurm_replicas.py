@@ -295,6 +295,8 @@ def test_both_launchers_run_and_hostile_values_stay_one_argument(hostile: str, t
     assert "kit: replica http://10.9.0.7:8101: routed" in out, out
     ready = re.search(r"KIT_SERVER_READY url=http://10\.9\.0\.1:8000 model=(.*) tunnel: ssh -N -L ", out)
     assert ready, out
+    quoted = subprocess.run(["bash", "-c", 'printf %q "$1"', "_", hostile], capture_output=True, text=True).stdout
+    assert ready.group(1) == quoted  # the served name, verbatim (one %q word)
     recorded = calls(tmp_path)
     [run] = [c for c in recorded if c[:2] == ["docker", "run"]]
     assert "--name=kit-llama-router-78" in run and "--label=kit.slurm-job=78" in run
