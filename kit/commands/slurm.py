@@ -22,7 +22,9 @@ from kit.commands._options import config_flag, config_options, json_option, layo
 from kit.commands._params import KitCommand, writable
 from kit.errors import ConfigError
 from kit.output import emit, progress, warn
+from kit.plan.replicas import router_mode
 from kit.plan.slurm import SERVER_READY_MARK, check_slurm_config, plan_slurm_files
+from kit.plan.slurm_replicas import plan_router_files
 from kit.render import shell_words
 from kit.safe import files as safefile
 
@@ -77,6 +79,9 @@ def command(
     With pyxis/edf (enroot sites) srun starts the containers: each prints a KIT_PROBE line that
     `kit verify --job-output FILE` judges (GPUs, /dev/infiniband, memlock, /dev/shm).
     Secrets stay in their files (hf_token_file, api_key_file, ray_token_file), read at run time, never written.
+    With model.dp_lb router (Docker): a job array, one task per replica, and vLLM's router as a job of
+    its own (FILE-router.sbatch beside it); --submit submits both, and the router's job id is the one
+    `kit status/down --slurm` take.
     model.tp/model.pp `auto` needs the model's config.json on this host (else set them): every
     node of the job must run the same layout.
 
@@ -105,15 +110,19 @@ def command(
         check_secret_files(config, sources)  # the launcher checks again on every node
         check_local_model(config, sources)
     path = Path(out_path or f"kit-{config.cluster}.sbatch")
-    launcher, *edfs = files = plan_slurm_files(config, str(path))
+    router = router_mode(config)  # issue 29: the replicas' array launcher, then the router's job
+    files = plan_router_files(config, str(path)) if router else plan_slurm_files(config, str(path))
+    launcher, *edfs = files
     text = files[launcher]
     warnings = launcher_warnings(config, resolution.layout, cache).lines
     layout = {**layout_fields(resolution), "model_cache": cache.to_dict(), "warnings": warnings}
     if out_path is None and not submit:
         progress(layout_line(resolution, cache), as_json=as_json)
         warn(warnings, as_json=as_json)
-        extra = {"edf": {p: files[p] for p in edfs}} if edfs else {}
-        shown = "".join([text, *(f"# ---- kit: {p} (environment definition) ----\n{files[p]}" for p in edfs)])
+        what = "the router's job" if router else "environment definition"
+        key = "router_launcher" if router else "edf"
+        extra = {key: ({p: files[p] for p in edfs} if not router else files[edfs[0]])} if edfs else {}
+        shown = "".join([text, *(f"# ---- kit: {p} ({what}) ----\n{files[p]}" for p in edfs)])
         emit("slurm", {"launcher": text, **extra, **layout}, as_json=as_json, text=shown.rstrip("\n"))
         return
     for name in files:  # one line before anything is written (a missing folder, a folder)
@@ -122,7 +131,7 @@ def command(
         _write_atomically(Path(name), files[name], mode=0o755 if name == launcher else 0o644)
     result: dict[str, Any] = {"path": str(path), "nodes": config.nodes, "runtime": config.runtime, **layout}
     if edfs:
-        result["edf"] = edfs
+        result["router_launcher" if router else "edf"] = edfs[0] if router else edfs
     progress(layout_line(resolution, cache), as_json=as_json)
     warn(warnings, as_json=as_json)
     if not submit:
@@ -131,7 +140,11 @@ def command(
     from kit.runtime import get_job_control
 
     progress(f"wrote {path}; submitting", as_json=as_json)
-    job = get_job_control().submit(path)
+    jobs = get_job_control()
+    job = jobs.submit(path)
+    if router:  # the replicas' array first; the router's job is given its id (and is the job to follow)
+        result["replicas_job"] = job
+        job = jobs.submit(edfs[0], [job])
     result["job_id"] = job
     result["job_output"] = config.slurm.output.replace("%j", job)
     emit(
@@ -139,7 +152,9 @@ def command(
         result,
         as_json=as_json,
         text=(
-            f"submitted job {job}\n"
+            f"submitted job {job}"
+            + (f" (vLLM's router; the replicas: array job {result['replicas_job']})" if router else "")
+            + "\n"
             f"  output: {result['job_output']} (look for {SERVER_READY_MARK}: the URL and the SSH tunnel)\n"
             f"  status: kit status --slurm {job}\n"
             f"  stop:   kit down --slurm {job}"

@@ -226,6 +226,16 @@ def _words(config: KitConfig, argv: Sequence[Arg]) -> tuple[list[str], int]:
     return words, len(words) - len(config.model.extra_args)
 
 
+def _role_words(config: KitConfig, role: Role) -> tuple[list[str], int]:
+    """serve_words, or (model.dp_lb router) the first replica's on its first node (the head) or
+    on a headless node of it: the options every replica writes there."""
+    if not router_mode(config):
+        return serve_words(config, role)
+    first = plan_replicas(config)[0]
+    node = first.nodes[1] if first.spans_nodes and not role.is_head else first.head
+    return _words(config, replica_serve_argv(config, first, node))
+
+
 def every_serve_words(config: KitConfig) -> list[tuple[list[str], int]]:
     """Each distinct `vllm serve` the cluster runs: every role's, or (model.dp_lb router, issue 29)
     the first replica's on each of its nodes (the other replicas differ only in ports and GPUs)."""
@@ -278,7 +288,7 @@ def precheck_spec(config: KitConfig, role: Role, *, serve: bool) -> str:
     where model.extra_args begin, and with Ray the fix for an image without it."""
     spec: dict[str, object] = {}
     if serve:
-        words, extra_start = serve_words(config, role)
+        words, extra_start = _role_words(config, role)
         written = {word.split("=", 1)[0] for word in words[:extra_start] if word.startswith("-")}
         mine = {flag: OWNERS[flag] for flag in sorted(written) if flag in OWNERS}
         fixes = {key: fix for key, fix in mine.values()}

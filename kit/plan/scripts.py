@@ -15,7 +15,7 @@ from kit.images.facts import packed_probe
 from kit.plan.image_check import precheck_spec
 from kit.plan.paths import API_KEY_PATH
 from kit.plan.ray import ray_head_args, ray_resource, ray_worker_args
-from kit.plan.replicas import describe, replicas_on, router_mode
+from kit.plan.replicas import Replica, describe, replicas_on, router_mode
 from kit.plan.roles import Role
 from kit.plan.vllm import (
     DP_START_RANK_VAR,
@@ -25,7 +25,7 @@ from kit.plan.vllm import (
     serves_api,
     vllm_serve_argv,
 )
-from kit.render import render
+from kit.render import Arg, render
 
 # Per-node network variables vLLM must not copy from the head to Ray workers (FIELD_NOTES §1 row 11).
 NON_CARRY_OVER = [
@@ -93,7 +93,7 @@ def serve_script(config: KitConfig, role: Role, *, env: Mapping[str, str] | None
     kit.cluster.model), over what the container was started with. `precheck`: check the command
     against the image's own parser first (a launcher kit wrote without a record of the image)."""
     if router_mode(config):
-        return replicas_script(config, role, env=env)  # only kit slurm asks for precheck, and it refuses router
+        return replicas_script(config, role, env=env, precheck=precheck)
     if config.backend == "ray" and not role.is_head:
         raise ValueError("with the Ray backend only the head runs `vllm serve`")
     headless_dp = config.dp > 1 and config.backend == "mp" and config.nodes > 1 and not role.is_head
@@ -112,31 +112,52 @@ def serve_script(config: KitConfig, role: Role, *, env: Mapping[str, str] | None
     )
 
 
-def replicas_script(config: KitConfig, role: Role, *, env: Mapping[str, str] | None = None) -> str:
+def replicas_script(
+    config: KitConfig, role: Role, *, env: Mapping[str, str] | None = None, precheck: bool = False
+) -> str:
     """model.dp_lb router (issue 29): the node's part of every replica placed on it
-    (kit.plan.replicas): one `vllm serve` (exec'd), or several side by side on their own GPUs."""
-    parts = []
-    for replica in replicas_on(config, role.rank):
-        partial = len(replica.gpus) < config.gpus_per_node
-        cuda = None
-        if config.accelerator == "gpu" and partial and not replica_device_ids(config, replica):
-            cuda = ",".join(str(i) for i in replica.gpus)
-        parts.append(
-            {
-                "name": replica.name,
-                "api": replica.head == role.rank,
-                "port": replica.port,
-                "cuda": cuda,
-                "argv": replica_serve_argv(config, replica, role.rank),
-            }
-        )
+    (kit.plan.replicas): one `vllm serve` (exec'd), or several side by side on their own GPUs.
+    `precheck` (a SLURM launcher written without a record of the image): as serve_script's."""
+    parts = [replica_part(config, replica, role.rank) for replica in replicas_on(config, role.rank)]
+    return render_replicas(config, role.rank, parts, env=env, precheck=role if precheck else None)
+
+
+def replica_part(config: KitConfig, replica: Replica, node: int, *, node_rank: Arg | None = None) -> dict[str, object]:
+    """One replica's part on node `node`, as serve_replicas.sh.j2 renders it (`node_rank`:
+    kit.plan.vllm.replica_serve_argv)."""
+    partial = len(replica.gpus) < config.gpus_per_node
+    cuda = None
+    if config.accelerator == "gpu" and partial and not replica_device_ids(config, replica):
+        cuda = ",".join(str(i) for i in replica.gpus)
+    return {
+        "name": replica.name,
+        "api": replica.head == node,
+        "port": replica.port,
+        "cuda": cuda,
+        "argv": replica_serve_argv(config, replica, node, node_rank=node_rank),
+        "spans_nodes": replica.spans_nodes,
+    }
+
+
+def render_replicas(
+    config: KitConfig,
+    node: int | str,
+    parts: list[dict[str, object]],
+    *,
+    env: Mapping[str, str] | None = None,
+    precheck: Role | None = None,
+) -> str:
+    """serve_replicas.sh.j2 for these parts of replicas on one node (`node`: its rank, or words
+    saying which nodes run it). `precheck`: check the one replica's `vllm serve` against the
+    image's own parser first, as this role's."""
     return render(
         "serve_replicas.sh.j2",
         version=__version__,
-        node=role.rank,
+        node=node,
         what=describe(config),
         replicas=parts,
-        replica_head=REPLICA_HEAD_VAR if any(r.spans_nodes for r in replicas_on(config, role.rank)) else None,
+        replica_head=REPLICA_HEAD_VAR if any(p["spans_nodes"] for p in parts) else None,
         api_key_path=API_KEY_PATH if config.api_key_file else None,
         env=dict(sorted((env or {}).items())),
+        precheck=image_precheck(config, precheck, serve=True) if precheck and len(parts) == 1 else None,
     )

@@ -87,6 +87,7 @@ class SbatchResources:
     cpus_per_task: int | None = None
     exclusive: bool = False
     requeue: bool = False  # issue 18: the launcher requeues the job when its nodes fail for good
+    array: str | None = None  # issue 29: one task per replica (kit.plan.slurm_replicas)
 
     def directives(self) -> list[tuple[str, str | None]]:
         items: list[tuple[str, str | None]] = [
@@ -103,6 +104,8 @@ class SbatchResources:
             value = getattr(self, key)
             if value:
                 items.append((key, value))
+        if self.array:
+            items.append(("array", self.array))
         items += [("output", self.output), ("error", self.error)]
         if self.exclusive:
             items.append(("exclusive", None))
@@ -260,17 +263,10 @@ def check_slurm_config(config: KitConfig, sources: Mapping[str, str]) -> None:
             hint="use runtime docker or apptainer for a supervised job, or slurm.requeue to requeue a failed job",
         )
     if config.model.dp_lb == "router":
-        # Issue 29, decided: SLURM requeues a whole job or one task of a job array, never one node
-        # or step of a running job (scontrol requeue; a heterogeneous job is requeued whole). The
-        # launcher that fits is one array task per replica plus the router as a job of its own;
-        # kit does not write it yet (docs/architecture.md, "Replicas under SLURM").
-        raise ConfigError(
-            "replicas behind a router (model.dp_lb: router) have no SLURM launcher yet",
-            key="model.dp_lb",
-            source=sources.get("model.dp_lb"),
-            hint="under SLURM use model.dp_lb: internal or hybrid (one DP group per job), or serve the "
-            "replicas with Docker (`kit up` + `kit serve`)",
-        )
+        # Issue 29: SLURM requeues a whole job or one task of a job array, never one node or step
+        # of a running job: one array task per replica, and the router as a job of its own
+        # (kit.plan.slurm_replicas; docs/architecture.md, "Replicas under SLURM").
+        check_slurm_router(config, sources)
     if config.network:
         raise ConfigError(
             "a Docker simulation network cannot be used under SLURM",
@@ -280,6 +276,39 @@ def check_slurm_config(config: KitConfig, sources: Mapping[str, str]) -> None:
         )
     walltime_seconds(config.slurm.time)
     check_slurm_keys(config, sources)
+
+
+def check_slurm_router(config: KitConfig, sources: Mapping[str, str]) -> None:
+    """What the replicas' launchers cannot do yet, refused in one line each."""
+    if config.runtime != "docker":
+        raise ConfigError(
+            "replicas behind a router (model.dp_lb: router) under SLURM run with runtime docker only, "
+            f"not {config.runtime}",
+            key="runtime",
+            source=sources.get("runtime"),
+            hint="set runtime: docker, or model.dp_lb: internal or hybrid (one DP group in one job)",
+        )
+    if config.supervise.enabled:
+        raise ConfigError(
+            "supervision (supervise.enabled) of router replicas under SLURM is not available yet: each replica "
+            "is its own array task, which slurm.requeue requeues alone when it fails",
+            key="supervise.enabled",
+            source=sources.get("supervise.enabled"),
+            hint="unset supervise.enabled and set slurm.requeue",
+        )
+    taken = {v: k for k, v in vars(config.ports).items() if k not in ("ray_min_worker", "ray_max_worker")}
+    for base, name in ((config.ports.replica, "replica"), (config.ports.mp_master, "mp_master")):
+        # SLURM may put every task on one node: each replica has its own port from the base.
+        for port in range(base + 1, base + config.dp):
+            if port in taken or port > 65535:
+                raise ConfigError(
+                    f"{config.dp} replicas use ports.{name} {base}-{base + config.dp - 1} (SLURM may put them on "
+                    f"one node), and port {port} "
+                    + (f"is ports.{taken[port]}" if port in taken else "is out of range"),
+                    key=f"ports.{name}",
+                    source=sources.get(f"ports.{name}"),
+                    hint=f"move ports.{name} so that the {config.dp} ports from it are free",
+                )
 
 
 def secret_files(config: KitConfig, role: Role) -> list[str]:
@@ -343,6 +372,8 @@ def launcher_context(config: KitConfig, scripts: Mapping[str, str]) -> dict[str,
         "server_timeout_mark": SERVER_TIMEOUT_MARK,
         "supervise": config.supervise.enabled,
         "requeue": config.slurm.requeue,
+        # the job that requeues itself (an array task: only itself, never its whole array)
+        "this_job": "${SLURM_JOB_ID}",
         "compile_cache": config.compile_cache.dir,
         # issue 28: the site's prologue, what every node checks before anything starts, the GPUs
         "prologue": config.slurm.prologue,

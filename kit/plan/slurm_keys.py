@@ -28,7 +28,8 @@ HONOURED = frozenset(
         "supervise.stable", "ray.temp_dir", "ray.dashboard", "apptainer.gpu_args", "apptainer.extra_args",
         "docker.user", "docker.read_only", "slurm.account", "slurm.partition", "slurm.qos", "slurm.time",
         "slurm.cpus_per_task", "slurm.job_name", "slurm.output", "slurm.error", "slurm.requeue",
-        "slurm.exclusive", "slurm.prologue",
+        "slurm.exclusive", "slurm.prologue", "ports.replica", "ports.router_metrics", "router.image",
+        "router.policy", "router.health_interval",
     }
 )  # fmt: skip
 
@@ -39,13 +40,6 @@ OTHER_VERBS = {
     "apptainer.cache_dir": "kit pull / kit build",
     "apptainer.tmp_dir": "kit pull / kit build",
     "enroot.image_dir": "kit pull",
-    # model.dp_lb router (issue 29): `kit up` / `kit serve`; kit slurm refuses router replicas.
-    "ports.replica": "kit serve (model.dp_lb router)",
-    "ports.router_metrics": "kit serve (model.dp_lb router)",
-    "replica_head": "kit up (model.dp_lb router)",
-    "router.image": "kit serve (model.dp_lb router)",
-    "router.policy": "kit serve (model.dp_lb router)",
-    "router.health_interval": "kit serve (model.dp_lb router)",
 }
 
 # Keys a job decides for itself: refused when set (their value, and the hint).
@@ -55,6 +49,8 @@ REFUSED = {
     "unset node_ip, or set interface",
     "gpus": "SLURM gives each node its GPUs (gpus_per_node -> --gpus-per-task): unset gpus",
     "network": "SLURM nodes use host networking: unset network",
+    # model.dp_lb router (issue 29): each array task's first node is its replica's (kit.plan.slurm_replicas)
+    "replica_head": "each array task finds its replica's first node itself: unset replica_head",
     "network_subnet": "network_subnet belongs to a Docker simulation network, which a job has not: unset it",
 }
 

@@ -68,14 +68,15 @@ def vllm_serve_argv(config: KitConfig, role: Role) -> list[Arg]:
     return argv
 
 
-def replica_serve_argv(config: KitConfig, replica: Replica, node: int) -> list[Arg]:
+def replica_serve_argv(config: KitConfig, replica: Replica, node: int, *, node_rank: Arg | None = None) -> list[Arg]:
     """model.dp_lb router (issue 29): one replica's `vllm serve` on node `node`, an independent
     server of TP×PP (no DP flag: no rank of one replica knows another; vLLM's router in front
     balances over them). Its API server on its first node, at ports.replica + its slot; a replica
     over several nodes is vLLM's multi-node backend (--nnodes, --node-rank inside the replica,
     --master-addr its first node), the other nodes --headless. On part of a node (several
     replicas per node) it gets its own GPUs: --device-ids (vLLM >= 0.24) or CUDA_VISIBLE_DEVICES
-    (kit.plan.scripts)."""
+    (kit.plan.scripts). `node_rank`: the node's rank inside the replica where only the node knows
+    it (a SLURM array task's headless nodes: kit.plan.slurm_replicas), else `node`'s."""
     m = config.model
     argv: list[Arg] = ["vllm", "serve", positional(m.id, key="model.id")]
     if node == replica.head:
@@ -95,7 +96,7 @@ def replica_serve_argv(config: KitConfig, replica: Replica, node: int) -> list[A
             "--nnodes",
             str(len(replica.nodes)),
             "--node-rank",
-            str(replica.rank_in(node)),
+            str(replica.rank_in(node)) if node_rank is None else node_rank,
             option("--master-addr", EnvRef(REPLICA_HEAD_VAR)),
             "--master-port",
             str(replica.master_port),

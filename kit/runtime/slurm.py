@@ -18,11 +18,13 @@ from kit import proc
 from kit.errors import CommandError, RuntimeUnavailable, UsageError
 from kit.plan.scripts import READY_MARK
 from kit.plan.slurm import JOB_LABEL, SERVER_READY_MARK, SERVER_TIMEOUT_MARK
+from kit.plan.slurm_replicas import REPLICA_READY_MARK, REPLICAS_COMMENT
 
 JOB_RE = re.compile(r"^\d+(?:_\d+)?\Z")
 SQUEUE_FORMAT = "%i|%T|%M|%L|%D|%R|%j|%P"
 SQUEUE_FIELDS = ("job_id", "state", "elapsed", "time_left", "nodes", "nodelist_or_reason", "name", "partition")
-_MARKS = (READY_MARK, SERVER_READY_MARK, SERVER_TIMEOUT_MARK, "kit: error:")
+_MARKS = (READY_MARK, SERVER_READY_MARK, SERVER_TIMEOUT_MARK, REPLICA_READY_MARK, "kit: error:")
+REPLICA_FIELDS = ("task", "state", "url")
 
 
 def check_job_id(job: str) -> str:
@@ -44,9 +46,14 @@ class JobStatus:
     error: str | None
     marks: tuple[str, ...] = ()  # kit's milestone lines in the job output
     server_ready: str | None = None  # the KIT_SERVER_READY line, once printed
+    # model.dp_lb router (issue 29): the router's job names its replicas' array job; each task's row
+    replicas_job: str | None = None
+    replicas: tuple[Mapping[str, str], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "replicas_job": self.replicas_job,
+            "replicas": [dict(r) for r in self.replicas],
             "job_id": self.job_id,
             "in_queue": self.in_queue,
             "state": self.state,
@@ -68,6 +75,9 @@ class JobStatus:
         if self.output:
             out.append(f"  output: {self.output}")
         out += [f"  {line}" for line in self.marks]
+        if self.replicas_job:
+            out.append(f"  replicas: job {self.replicas_job}")
+            out += [f"    {r['task']}: {r['state']} {r['url']}" for r in self.replicas]
         if self.in_queue and not self.server_ready:
             out.append("  the server is not ready yet")
         return "\n".join(out)
@@ -81,9 +91,11 @@ class CancelResult:
     gone: bool
     state_after: str | None
     containers_removed: tuple[str, ...] = field(default_factory=tuple)
+    replicas: CancelResult | None = None  # the router job's replicas (model.dp_lb router, issue 29)
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "replicas": self.replicas.to_dict() if self.replicas else None,
             "job_id": self.job_id,
             "was_in_queue": self.was_in_queue,
             "state_before": self.state_before,
@@ -101,7 +113,8 @@ class CancelResult:
         else:
             head = f"job {job}: scancel sent, still {self.state_after} (SLURM is stopping it)"
         removed = self.containers_removed
-        return head + (f"; removed {len(removed)} container(s): {', '.join(removed)}" if removed else "")
+        text = head + (f"; removed {len(removed)} container(s): {', '.join(removed)}" if removed else "")
+        return text + (f"\nreplicas: {self.replicas.render()}" if self.replicas else "")
 
 
 # ---- the interface ------------------------------------------------------------------------------
@@ -113,8 +126,8 @@ class JobControl(abc.ABC):
     name: str
 
     @abc.abstractmethod
-    def submit(self, script: str | Path) -> str:
-        """Submit a launcher script; the job id."""
+    def submit(self, script: str | Path, args: Sequence[str] = ()) -> str:
+        """Submit a launcher script (with its arguments); the job id."""
 
     @abc.abstractmethod
     def status(self, job: str) -> JobStatus:
@@ -132,10 +145,11 @@ class JobControl(abc.ABC):
 
 
 def parse_squeue(stdout: str, job: str) -> dict[str, str] | None:
-    """The row of `squeue -h -j JOB -o SQUEUE_FORMAT` for job, or None."""
+    """The row of `squeue -h -j JOB -o SQUEUE_FORMAT` for job, or None; of a job array, its first
+    task's (JOB_0, or JOB_[0-1] while pending)."""
     for line in stdout.splitlines():
         fields = line.split("|", len(SQUEUE_FIELDS) - 1)
-        if len(fields) == len(SQUEUE_FIELDS) and fields[0] == job:
+        if len(fields) == len(SQUEUE_FIELDS) and (fields[0] == job or fields[0].startswith(f"{job}_")):
             return dict(zip(SQUEUE_FIELDS, fields, strict=True))
     return None
 
@@ -153,6 +167,26 @@ def parse_job_files(stdout: str) -> dict[str, str]:
 def output_marks(lines: Sequence[str]) -> list[str]:
     """The lines of the job output that kit's launcher prints at each milestone."""
     return [ln.strip() for ln in lines if any(m in ln for m in _MARKS)]
+
+
+def parse_replicas_job(comment: str) -> str | None:
+    """The replicas' array job a router job's comment names (kit.plan.slurm_replicas), or None."""
+    text = comment.strip()
+    if not text.startswith(REPLICAS_COMMENT):
+        return None
+    job = text.removeprefix(REPLICAS_COMMENT)
+    return job if re.fullmatch(r"\d+", job) else None
+
+
+def parse_replica_rows(stdout: str) -> list[dict[str, str]]:
+    """`squeue -h -j ARRAY -o %i|%T|%k`: each task, its state and its replica's URL (its comment)."""
+    rows = []
+    for line in stdout.splitlines():
+        fields = line.strip().split("|", 2)
+        if len(fields) == 3:
+            task, state, url = fields
+            rows.append(dict(zip(REPLICA_FIELDS, (task, state, url if url.startswith("http://") else ""), strict=True)))
+    return rows
 
 
 def parse_sbatch(stdout: str) -> str | None:
@@ -182,9 +216,9 @@ class Slurm(JobControl):
     def __init__(self, *, remove_containers: Callable[[str], list[str]] = remove_job_containers) -> None:
         self.remove_containers = remove_containers
 
-    def submit(self, script: str | Path) -> str:
-        """`sbatch --parsable SCRIPT` -> the job id."""
-        result = proc.run(["sbatch", "--parsable", str(script)], what="sbatch")
+    def submit(self, script: str | Path, args: Sequence[str] = ()) -> str:
+        """`sbatch --parsable SCRIPT [ARGS]` -> the job id."""
+        result = proc.run(["sbatch", "--parsable", str(script), *args], what="sbatch")
         job = parse_sbatch(result.stdout)
         if job is None:
             raise CommandError(f"sbatch printed no job id: {result.stdout.strip()!r}", argv=["sbatch", str(script)])
@@ -205,6 +239,16 @@ class Slurm(JobControl):
             )
         return parse_squeue(result.stdout, job)
 
+    def replicas_job(self, job: str) -> str | None:
+        """The replicas' array job a router job names in its comment (model.dp_lb router), or None."""
+        result = proc.run(["squeue", "-h", "-j", job, "-o", "%k"], check=False)
+        lines = result.stdout.splitlines() if result.returncode == 0 else []
+        return parse_replicas_job(lines[0]) if lines else None
+
+    def replica_rows(self, job: str) -> list[dict[str, str]]:
+        result = proc.run(["squeue", "-h", "-j", job, "-o", "%i|%T|%k"], check=False)
+        return parse_replica_rows(result.stdout) if result.returncode == 0 else []
+
     def job_files(self, job: str) -> dict[str, str]:
         """StdOut/StdErr/WorkDir of a job known to slurmctld (empty once it has been purged)."""
         result = proc.run(["scontrol", "show", "job", job], check=False)
@@ -215,7 +259,10 @@ class Slurm(JobControl):
         row = self.squeue(job)
         found = self.job_files(job)
         marks = output_marks(_read_lines(found["stdout"])) if "stdout" in found else []
+        replicas = self.replicas_job(job) if row is not None else None
         return JobStatus(
+            replicas_job=replicas,
+            replicas=tuple(self.replica_rows(replicas)) if replicas else (),
             job_id=job,
             in_queue=row is not None,
             state=row["state"] if row else "finished (not in the queue)",
@@ -231,6 +278,8 @@ class Slurm(JobControl):
     ) -> CancelResult:
         check_job_id(job)
         before = self.squeue(job)
+        # A router job (model.dp_lb router) takes its replicas' array job with it.
+        replicas = self.replicas_job(job) if before is not None else None
         if before is not None:
             proc.run(["scancel", job], what="scancel")
             if on_progress is not None:
@@ -240,7 +289,12 @@ class Slurm(JobControl):
         while row is not None and time.monotonic() < deadline:
             time.sleep(1)
             row = self.squeue(job)
+        linked = None
+        if replicas is not None:
+            left = max(1.0, deadline - time.monotonic())
+            linked = self.cancel(replicas, timeout=left, on_progress=on_progress)
         return CancelResult(
+            replicas=linked,
             job_id=job,
             was_in_queue=before is not None,
             state_before=before["state"] if before else None,

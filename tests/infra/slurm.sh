@@ -58,6 +58,10 @@ if ! pgrep -x munged >/dev/null 2>&1; then
 fi
 
 cpus="$(nproc)"
+# At least 4 CPUs, declared (SlurmdParameters=config_overrides: slurmd takes the configured count):
+# the router test runs two replicas' array tasks and the router's job at once on this one node,
+# and SLURM gives every job at least one CPU of its own.
+(( cpus >= 4 )) || cpus=4
 # RealMemory must not exceed what slurmd sees, or the node is drained: stay well below free.
 free_mb="$(awk '/^MemAvailable:/ {print int($2 / 1024)}' /proc/meminfo)"
 mem_mb=$(( free_mb * 8 / 10 ))
@@ -79,6 +83,7 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
+SlurmdParameters=config_overrides
 SchedulerType=sched/backfill
 ReturnToService=2
 StateSaveLocation=$DIR/state

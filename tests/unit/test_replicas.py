@@ -280,14 +280,6 @@ def _lines(path: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-def test_kit_slurm_refuses_router_replicas_and_says_why() -> None:
-    from kit.plan.slurm import check_slurm_config
-
-    with pytest.raises(ConfigError) as err:
-        check_slurm_config(router_config(2, 1, 1, 2, runtime="docker"), {})
-    assert err.value.key == "model.dp_lb" and "SLURM launcher" in str(err.value)
-
-
 def test_partial_node_replicas_hold_their_ports_for_the_host_share_check() -> None:
     from kit.plan.host_share import host_ports
 
