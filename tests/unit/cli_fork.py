@@ -15,6 +15,7 @@ import os
 import pkgutil
 import runpy
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -23,6 +24,9 @@ import kit.commands
 VERBS = [f"kit.commands.{m.name}" for m in pkgutil.iter_modules(kit.commands.__path__)]
 _CONTEXT = multiprocessing.get_context("forkserver")
 _CONTEXT.set_forkserver_preload(["kit.cli", *VERBS, __name__])
+# One run at a time: multiprocessing's Process is not safe across threads (start() reaps every
+# finished child, reading another thread's exit status first; that thread then sees 255).
+_ONE_AT_A_TIME = threading.Lock()
 
 
 def _child(argv: Sequence[str], env: Mapping[str, str], cwd: str, out: str, err: str) -> None:
@@ -43,14 +47,15 @@ def run_kit(argv: Sequence[str], env: Mapping[str, str], cwd: Path, timeout: flo
     out.touch()
     err.touch()
     proc = _CONTEXT.Process(target=_child, args=(list(argv), dict(env), str(cwd), str(out), str(err)))
-    proc.start()
-    proc.join(timeout)
-    if proc.exitcode is None:
-        proc.kill()
-        proc.join()
-        rc = None
-    else:
-        rc = proc.exitcode
+    with _ONE_AT_A_TIME:
+        proc.start()
+        proc.join(timeout)
+        if proc.exitcode is None:
+            proc.kill()
+            proc.join()
+            rc = None
+        else:
+            rc = proc.exitcode
     text = out.read_bytes().decode(errors="replace"), err.read_bytes().decode(errors="replace")
     out.unlink()
     err.unlink()

@@ -11,8 +11,8 @@ classes of issue 16. Every row must end in:
 - nothing written: the case's whole folder (work dir, KIT_STATE_DIR, HOME) is the same after,
 - bounded time: each run is killed after TIMEOUT_S (a hang fails the row).
 
-The rows run concurrently (one process each, in its own folder) when the module starts; each
-row's test then checks its own result.
+The rows run in the background (one process each, in its own folder) from when the module starts;
+each row's test then checks its own result.
 """
 
 from __future__ import annotations
@@ -582,8 +582,9 @@ def run_case(case: Case, root: Path, timeout: float = TIMEOUT_S) -> Outcome:
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[int, concurrent.futures.Future[Outcome]]]:
-    """Every runnable row started at once on a small pool; each test waits for its own."""
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=4)
+    """Every runnable row queued at once and run one after the other in the background (each a
+    fork: tests/unit/cli_fork.py); each test waits for its own."""
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
     futures = {
         i: pool.submit(run_case, case, tmp_path_factory.mktemp(f"case{i}"))
         for i, case in enumerate(CASES)
