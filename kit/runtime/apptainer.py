@@ -67,6 +67,7 @@ from kit.runtime.base import (
     bounded_argv,
     end_exec_argv,
     new_exec_mark,
+    unseen_lines,
 )
 from kit.safe import files as safefile
 from kit.safe import text as safetext
@@ -472,15 +473,15 @@ class ApptainerRuntime(ContainerRuntime, ImageStore):
         self, name: str, marks: Sequence[str], *, timeout: float, on_progress: Callable[[str], None], what: str
     ) -> str:
         deadline = time.monotonic() + timeout
-        last_line = ""
+        shown = 0
         while True:
             lines = [ln for ln in self.logs(name).splitlines() if ln.strip()]
             for line in lines:
                 if any(m in line for m in marks):
                     return line
-            if lines and lines[-1] != last_line:
-                last_line = lines[-1]
-                on_progress(last_line)
+            new, shown = unseen_lines(lines, shown)
+            for line in new:
+                on_progress(line)
             if self.state(name) is None:
                 raise StartError(
                     f"instance {name} is gone before {what}",

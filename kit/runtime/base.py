@@ -267,6 +267,15 @@ END_EXEC = (
 )
 
 
+def unseen_lines(lines: Sequence[str], shown: int) -> tuple[list[str], int]:
+    """A node's log lines after the first `shown`, and the new count, so that a wait shows every
+    line once: a poll that found two new lines used to show only the last (a `kit up` whose Ray
+    head printed "1/2 nodes" and then a line of Ray's own never said "1/2 nodes"). A log shorter
+    than before (a restarted container's) is shown from its start."""
+    start = shown if len(lines) >= shown else 0
+    return list(lines[start:]), len(lines)
+
+
 def new_exec_mark() -> str:
     """A value for EXEC_MARK unique to one exec (fixed length: no mark is a prefix of another)."""
     return secrets.token_hex(12)

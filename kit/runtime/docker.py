@@ -50,6 +50,7 @@ from kit.runtime.base import (
     call_within,
     end_exec_argv,
     new_exec_mark,
+    unseen_lines,
 )
 
 LABEL_MANAGED = "kit.managed=true"
@@ -378,7 +379,7 @@ class DockerRuntime(ContainerRuntime, ImageStore):
     ) -> str:
         """Wait until a log line contains one of `marks`; fail fast if the container exits."""
         deadline = time.monotonic() + timeout
-        last_line = ""
+        shown = 0
         while True:
             container = self.find_container(name)
             if container is None:
@@ -388,9 +389,9 @@ class DockerRuntime(ContainerRuntime, ImageStore):
             for line in lines:
                 if any(m in line for m in marks):
                     return line
-            if lines and lines[-1] != last_line:
-                last_line = lines[-1]
-                on_progress(last_line)
+            new, shown = unseen_lines(lines, shown)
+            for line in new:
+                on_progress(line)
             container.reload()
             # Restarted by the restart policy before it was ready: a failure too (issue 25).
             if container.status in ("exited", "dead", "restarting") or container.attrs.get("RestartCount"):

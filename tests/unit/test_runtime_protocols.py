@@ -266,3 +266,18 @@ def test_no_feature_probing_of_adapters() -> None:
             if probe and _ADAPTER_NAMES.search(dotted(node.args[0])):
                 offenders.append(f"{path}:{node.lineno}: {ast.unparse(node)}")
     assert offenders == []
+
+
+def test_a_wait_shows_every_new_log_line_once() -> None:
+    """kit up relays a node's log while it waits: two lines between polls are both shown (the
+    Ray head's "1/2 nodes" followed at once by a line of Ray's own was lost, and a test waiting
+    for it timed out), nothing twice, and a restarted container's shorter log from its start."""
+    from kit.runtime.base import unseen_lines
+
+    first, shown = unseen_lines(["kit: starting the Ray head"], 0)
+    assert first == ["kit: starting the Ray head"]
+    log = ["kit: starting the Ray head", "kit: 1/2 nodes and 1/2 CPU alive", "INFO scripts.py -- Ray runtime started"]
+    new, shown = unseen_lines(log, shown)
+    assert new == log[1:] and shown == 3
+    assert unseen_lines(log, shown) == ([], 3)
+    assert unseen_lines(["kit: starting the Ray head"], shown) == (["kit: starting the Ray head"], 1)
