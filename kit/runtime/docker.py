@@ -421,14 +421,18 @@ class DockerRuntime(ContainerRuntime, ImageStore):
             pass  # gone meanwhile: nothing is restarting
 
     def find_nodes(self, cluster: str) -> list[NodeHandle]:
-        containers = self.client.containers.list(all=True, filters={"label": [LABEL_MANAGED, f"kit.cluster={cluster}"]})
+        # ignore_removed: a container removed between the engine's list and its inspect is not a
+        # node any more (docker-py would raise NotFound).
+        containers = self.client.containers.list(
+            all=True, filters={"label": [LABEL_MANAGED, f"kit.cluster={cluster}"]}, ignore_removed=True
+        )
         # The router of model.dp_lb router (issue 29) is no node: found by its name, not here.
         nodes = [self._handle(c) for c in containers if c.labels.get("kit.role") != "router"]
         return sorted(nodes, key=lambda n: (n.role != "head", n.rank))
 
     def host_nodes(self) -> list[NodeHandle]:
         """The running kit containers of every cluster (their labels: no image lookups)."""
-        containers = self.client.containers.list(filters={"label": [LABEL_MANAGED]})
+        containers = self.client.containers.list(filters={"label": [LABEL_MANAGED]}, ignore_removed=True)
         return [self._handle(c, digest=False) for c in containers]
 
     def _handle(self, container: Any, *, digest: bool = True) -> NodeHandle:
@@ -466,9 +470,17 @@ class DockerRuntime(ContainerRuntime, ImageStore):
         mark = new_exec_mark()
         environment = {**(env or {}), EXEC_MARK: mark}
         exec_id = self._exec_create(node, container.id, bounded_argv(argv, limit), environment=environment)
+        docker = _docker()
         try:
             out, err = call_within(lambda: self.api.exec_start(exec_id, demux=True), limit + EXEC_GRACE_S, node.name)
             code = self.api.exec_inspect(exec_id).get("ExitCode")
+        except docker.errors.APIError as exc:
+            # The container stopped (or restarted) between the exec's creation and its start: the
+            # engine dropped the exec (404) or refuses it (409). A StartError, as in _exec_create:
+            # callers that poll a restarting node (`kit serve --supervise` following) expect it.
+            if exc.status_code not in (404, 409):
+                raise
+            raise StartError(f"{node.name} is not running", hint="see `kit status` and `kit logs`") from None
         except BaseException:
             # Interrupted (Ctrl-C, SIGTERM) or the engine stopped answering: end what the exec
             # started inside the container, which docker would leave running (issue 25).
@@ -540,7 +552,9 @@ class DockerRuntime(ContainerRuntime, ImageStore):
         """Remove every kit container labelled key=value (e.g. a SLURM job's); their names."""
         docker = _docker()
         removed = []
-        for container in self.client.containers.list(all=True, filters={"label": [f"{key}={value}"]}):
+        for container in self.client.containers.list(
+            all=True, filters={"label": [f"{key}={value}"]}, ignore_removed=True
+        ):
             try:
                 container.remove(force=True)
                 removed.append(container.name)
@@ -553,7 +567,7 @@ class DockerRuntime(ContainerRuntime, ImageStore):
         docker = _docker()
         removed: dict[str, list[str]] = {"containers": [], "networks": []}
         filters = {"label": [LABEL_MANAGED, f"kit.cluster={cluster}"]}
-        for container in self.client.containers.list(all=True, filters=filters):
+        for container in self.client.containers.list(all=True, filters=filters, ignore_removed=True):
             try:
                 container.remove(force=True)
                 removed["containers"].append(container.name)

@@ -125,8 +125,14 @@ def worker(c: dict[str, Any]) -> Any:
     return c["docker"].containers.get(f"kit-{c['name']}-worker-1")
 
 
+def follower_err(c: dict[str, Any]) -> str:
+    return str((c["root"] / "follow.err").read_text()[-3000:])
+
+
 def wait_stable(c: dict[str, Any]) -> None:
-    """Serving, and served long enough that the next failure is a first one (supervise.stable)."""
+    """Serving, and served long enough that the next failure is a first one (supervise.stable);
+    `kit serve --supervise` still following."""
+    assert c["follower"].poll() is None, f"kit serve --supervise exited {c['follower'].returncode}: {follower_err(c)}"
     end = time.monotonic() + 60
     while time.monotonic() < end:
         state = sup.read_state(head(c))
@@ -295,9 +301,9 @@ def test_a_restart_loop_that_never_succeeds_gives_up_with_exit_6_and_nothing_lef
     assert sup.signal_title(head(cluster), "KILL", "VLLM::EngineCore") >= 1
     given_up = sup.wait_event(lambda: head(cluster), "given-up", after=fault_at, timeout=RECOVER_S)
     follower = cluster["follower"]
-    assert follower.wait(60) == 6
-    err = (cluster["root"] / "follow.err").read_text()
-    assert "kit: error: supervision gave up" in err and "  | " in err, err[-3000:]
+    assert follower.wait(60) == 6, follower_err(cluster)
+    err = follower_err(cluster)
+    assert "kit: error: supervision gave up" in err and "  | " in err, err
     assert given_up.restarts >= 2 and given_up.details, given_up
     kinds = [e.kind for e in sup.read_events(head(cluster)) if e.ts >= fault_at]
     assert kinds.count("restarting") == 2 and kinds[-1] == "given-up", kinds
