@@ -112,26 +112,32 @@ def command(
     path = Path(out_path or f"kit-{config.cluster}.sbatch")
     router = router_mode(config)  # issue 29: the replicas' array launcher, then the router's job
     files = plan_router_files(config, str(path)) if router else plan_slurm_files(config, str(path))
-    launcher, *edfs = files
+    launcher, *others = files
     text = files[launcher]
+    # The files beside the launcher: the router's job (one), or the enroot sites' EDFs (any).
+    what = "the router's job" if router else "environment definition"
+    shown_extra: dict[str, Any] = {}
+    written_extra: dict[str, Any] = {}
+    if router:
+        shown_extra = {"router_launcher": files[others[0]]}
+        written_extra = {"router_launcher": others[0]}
+    elif others:
+        shown_extra = {"edf": {p: files[p] for p in others}}
+        written_extra = {"edf": others}
     warnings = launcher_warnings(config, resolution.layout, cache).lines
     layout = {**layout_fields(resolution), "model_cache": cache.to_dict(), "warnings": warnings}
     if out_path is None and not submit:
         progress(layout_line(resolution, cache), as_json=as_json)
         warn(warnings, as_json=as_json)
-        what = "the router's job" if router else "environment definition"
-        key = "router_launcher" if router else "edf"
-        extra = {key: ({p: files[p] for p in edfs} if not router else files[edfs[0]])} if edfs else {}
-        shown = "".join([text, *(f"# ---- kit: {p} ({what}) ----\n{files[p]}" for p in edfs)])
-        emit("slurm", {"launcher": text, **extra, **layout}, as_json=as_json, text=shown.rstrip("\n"))
+        shown = "".join([text, *(f"# ---- kit: {p} ({what}) ----\n{files[p]}" for p in others)])
+        emit("slurm", {"launcher": text, **shown_extra, **layout}, as_json=as_json, text=shown.rstrip("\n"))
         return
     for name in files:  # one line before anything is written (a missing folder, a folder)
         writable(Path(name), "--out")
     for name in reversed(files):  # the launcher last: it names the others
         _write_atomically(Path(name), files[name], mode=0o755 if name == launcher else 0o644)
     result: dict[str, Any] = {"path": str(path), "nodes": config.nodes, "runtime": config.runtime, **layout}
-    if edfs:
-        result["router_launcher" if router else "edf"] = edfs[0] if router else edfs
+    result.update(written_extra)
     progress(layout_line(resolution, cache), as_json=as_json)
     warn(warnings, as_json=as_json)
     if not submit:
@@ -144,7 +150,7 @@ def command(
     job = jobs.submit(path)
     if router:  # the replicas' array first; the router's job is given its id (and is the job to follow)
         result["replicas_job"] = job
-        job = jobs.submit(edfs[0], [job])
+        job = jobs.submit(others[0], [job])
     result["job_id"] = job
     result["job_output"] = config.slurm.output.replace("%j", job)
     emit(
