@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,9 +40,7 @@ import docker
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from kit.bench.dataset import Prompt  # noqa: E402
-from kit.bench.runner import Runner, Target  # noqa: E402
-from kit.bench.schedule import LoadPoint  # noqa: E402
+from benchmarks._overhead import router_vs_direct  # noqa: E402
 from tests.integration import replicas_support as rep  # noqa: E402
 from tests.integration import supervise_support as sup  # noqa: E402
 from tests.integration.clusters import two_node_mp_env  # noqa: E402
@@ -92,12 +88,6 @@ def outage(
     }
 
 
-def ttfts(url: str, key: str | None, n: int) -> list[float]:
-    prompts = [Prompt(({"role": "user", "content": f"overhead {i}"},), 4, 8) for i in range(n)]
-    run = Runner(Target(url, "tiny", api_key=key, timeout_s=60)).run(prompts, LoadPoint(math.inf, 1))
-    return [r.ttft for r in run.records if r.success]
-
-
 def wait_routed(router: str, key: str | None, count: int, timeout: float = 300) -> None:
     """Every replica in the router and healthy (were one to fail after its readmission, its
     coordinator restarts and readmits it)."""
@@ -110,32 +100,6 @@ def wait_routed(router: str, key: str | None, count: int, timeout: float = 300) 
             return
         time.sleep(2)
     raise RuntimeError(f"not every replica routed and healthy within {timeout} s")
-
-
-def overhead(router: str, direct: list[str], key: str | None, n: int, rounds: int) -> dict[str, Any]:
-    """The router's round robin spreads requests over every replica, so the direct side asks each
-    replica in turn for its share: the two sides then differ by the router alone."""
-    via: list[float] = []
-    straight: list[float] = []
-    ttfts(router, key, 10)  # warm both replicas through the router, then the direct path
-    for url in direct:
-        ttfts(url, key, 5)
-    for i in range(rounds):
-        for side in ("router", "direct") if i % 2 == 0 else ("direct", "router"):
-            if side == "router":
-                via.extend(ttfts(router, key, n))
-            else:
-                for k, url in enumerate(direct):
-                    straight.extend(ttfts(url, key, n // len(direct) + (k < n % len(direct))))
-    if not via or not straight:
-        raise RuntimeError(f"no answered request to time ({len(via)} via the router, {len(straight)} direct)")
-    p50_via, p50_direct = statistics.median(via), statistics.median(straight)
-    return {
-        "requests": [len(via), len(straight)],
-        "ttft_p50_router_ms": round(p50_via * 1000, 2),
-        "ttft_p50_direct_ms": round(p50_direct * 1000, 2),
-        "added_p50_ms": round((p50_via - p50_direct) * 1000, 2),
-    }
 
 
 def main() -> int:
@@ -175,7 +139,7 @@ def main() -> int:
         replicas = [f"http://{ip}:8100" for ip in (head_ip, worker_ip)]  # ports.replica, one per node
         out["overhead"] = {
             "api_key": key is not None,
-            **overhead(url, replicas, key, args.overhead_requests, args.rounds),
+            **router_vs_direct(url, replicas, args.overhead_requests, args.rounds, key),
         }
         if args.only == "overhead":
             return report(out, args.json)

@@ -15,13 +15,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import statistics
 import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import docker
 
@@ -29,19 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._images import default_image, require_image  # noqa: E402
-from kit.bench.dataset import Prompt  # noqa: E402
-from kit.bench.runner import Runner, Target  # noqa: E402
-from kit.bench.schedule import LoadPoint  # noqa: E402
+from benchmarks._overhead import router_vs_direct  # noqa: E402
 from kit.plan.router import LAUNCHER  # noqa: E402
 from tests.integration.replicas_support import ROUTER_IMAGE  # noqa: E402
 
 UPSTREAM = Path(__file__).with_name("router_upstream.py")  # mounted into the engine image
-
-
-def ttfts(url: str, n: int) -> list[float]:
-    prompts = [Prompt(({"role": "user", "content": f"overhead {i}"},), 4, 8) for i in range(n)]
-    run = Runner(Target(url, "tiny", timeout_s=30)).run(prompts, LoadPoint(math.inf, 1))
-    return [r.ttft for r in run.records if r.success]
 
 
 def wait_up(url: str, timeout: float = 120) -> None:
@@ -98,32 +87,16 @@ def main() -> int:
             )
         )
         wait_up(router)
-        ttfts(router, 10)  # warm both paths
-        ttfts(upstream, 10)
-        via: list[float] = []
-        straight: list[float] = []
-        for i in range(args.rounds):
-            for side in ("router", "direct") if i % 2 == 0 else ("direct", "router"):
-                (via if side == "router" else straight).extend(
-                    ttfts(router if side == "router" else upstream, args.requests)
-                )
+        out = router_vs_direct(router, [upstream], args.requests, args.rounds)
     finally:
         for container in started:
             container.remove(force=True)
-    if not via or not straight:
-        raise SystemExit(f"no answered request to time ({len(via)} via the router, {len(straight)} direct)")
-    out: dict[str, Any] = {
-        "requests": [len(via), len(straight)],
-        "ttft_p50_router_ms": round(statistics.median(via) * 1000, 2),
-        "ttft_p50_direct_ms": round(statistics.median(straight) * 1000, 2),
-    }
-    out["added_p50_ms"] = round(out["ttft_p50_router_ms"] - out["ttft_p50_direct_ms"], 2)
     if args.json:
         print(json.dumps(out, indent=2))
     else:
         print(
             f"router alone: TTFT p50 {out['ttft_p50_router_ms']} ms via the router vs {out['ttft_p50_direct_ms']} ms "
-            f"direct: +{out['added_p50_ms']} ms (goal <= 2 ms; {len(via)} / {len(straight)} requests)"
+            f"direct: +{out['added_p50_ms']} ms (goal <= 2 ms; {out['requests'][0]} / {out['requests'][1]} requests)"
         )
     return 0
 
