@@ -19,7 +19,7 @@ spread). It also checks that both sides sent the same total input tokens (the se
 The API key reaches both clients as OPENAI_API_KEY through `docker exec -e OPENAI_API_KEY` (the
 name only: the value travels in the environment, never in argv).
 
-Needs a running server (e.g. the 2-node TP=2 CPU cluster of tests/integration/test_bench_cluster.py, or
+Needs a running server (e.g. the 2-node TP=2 CPU cluster of tests/integration/test_serve.py, or
 `kit demo --keep`). Not a test: run it and read the table.
 
     python benchmarks/bench_vs_vllm.py --url http://10.231.7.10:8000 --head kit-kbdev-head \

@@ -82,9 +82,9 @@ def test_two_node_cluster_lifecycle(cluster: tuple[dict[str, str], Cli], docker_
     assert rejoin.returncode == 0, rejoin.stderr
     wait_for(lambda: alive_ray_nodes(kit, env) == 2, 30, "the worker to rejoin")
 
-    # Head restarted: the worker notices and rejoins by itself.
-    docker_client.containers.get(f"kit-{name}-head").restart(timeout=10)
-    wait_for(lambda: alive_ray_nodes(kit, env) == 2, 150, "the worker to rejoin a restarted head")
+    # (A restarted head, which the worker notices and rejoins by itself, is test_supervise_ray's
+    # test_a_restarted_ray_head_...: it serves again only once the worker rejoined. Measured here
+    # too it took 68 s of CI time for nothing new, issue 26.)
 
     # Issue 25: Ray hangs in the head (its GCS stopped: connections are accepted, never answered).
     # kit status answers within its 10 s and names it; an interrupted status leaves nothing behind.

@@ -10,7 +10,11 @@ Issue 25 (day two) on the same cluster, started with a non-default backend (mp),
 name, API port and key: status, query, metrics, logs, bench and down operate it from a folder
 with no kit.yaml and no KIT_* variable, each answering about what runs; a kit.yaml that
 disagrees is drift; a model whose weights do not fit leaves status/logs/config show working and
-takes the cluster down at the end; a hung server is named by status within its 10 s."""
+takes the cluster down at the end; a hung server is named by status within its 10 s.
+
+kit bench on the same server (one TP=2 bring-up for both, CI time: issue 26): metrics that agree
+with each other, save/compare/plot, the failure paths (401, unreachable URL, malformed dataset,
+the server killed mid-run -> partial results saved)."""
 
 from __future__ import annotations
 
@@ -88,6 +92,7 @@ def served(docker_client: Any, tmp_path_factory: pytest.TempPathFactory) -> Iter
             "outputs": outputs,
             "time_to_ready": time.monotonic() - started,
             "state": state,
+            "env": base_env,
         }
     finally:
         kit("down")  # the last test took it down already (with a config kit cannot plan): harmless
@@ -245,6 +250,91 @@ def test_a_kit_yaml_that_disagrees_is_drift_never_used(served: dict[str, Any], t
     assert "warning: drift: ports.api is 9999 (" in text.stderr and f"runs with {PORT}" in text.stderr
 
 
+# ---- kit bench on the same server (it had a TP=2 cluster of its own: CI time, issue 26) ------------
+
+LOAD = ["-n", "8", "-c", "2", "--input-len", "8", "--output-len", "8"]
+
+
+def test_bench_two_node_tp2_metrics_are_consistent(served: dict[str, Any], docker_client: Any) -> None:
+    kit, root = served["kit"], served["root"]
+    out = root / "a.json"
+    result = kit("bench", *LOAD, "--api-key-file", str(served["key"]), "-o", str(out), "--json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(out.read_text())
+    assert json.loads(result.stdout)["result"]["points"] == doc["points"]
+    assert doc["complete"] and doc["error"] is None
+    point = doc["points"][0]
+    m = point["metrics"]
+    assert (m["completed"], m["failed"], m["not_sent"]) == (8, 0, 0)
+    assert m["total_output_tokens"] == doc["load"]["requested_output_tokens"] == 64  # ignore_eos: exact
+    assert m["request_throughput"] * m["duration"] == pytest.approx(8)
+    assert m["output_throughput"] * m["duration"] == pytest.approx(64)
+    assert m["total_input_tokens"] > 8 * 8  # chat template + words, counted by the server
+    for name in ("ttft", "tpot", "itl", "e2el"):
+        assert 0 < m[f"median_{name}_ms"] <= m[f"p90_{name}_ms"] <= m[f"p99_{name}_ms"]
+    assert m["p99_ttft_ms"] <= m["p99_e2el_ms"] and m["mean_ttft_ms"] < m["mean_e2el_ms"]
+    for r in point["requests"]:
+        assert r["success"] and r["output_tokens"] == 8 and 0 < r["ttft"] <= r["latency"]
+        assert r["latency"] == pytest.approx(r["ttft"] + sum(r["itl"]))
+    # the cluster it measured: plan, versions, image digest (what kit status sees)
+    cluster = doc["cluster"]
+    assert cluster["plan"]["tp"] == 2 and cluster["plan"]["nodes"] == 2
+    assert cluster["versions"]["vllm"].startswith("0.32")
+    head = docker_client.containers.get(f"kit-{served['name']}-head")
+    assert cluster["image_digest"] and cluster["image_digest"] in json.dumps(head.attrs) + head.image.id
+    assert SECRET_KEY not in out.read_text() and SECRET_KEY not in result.stdout + result.stderr
+    # the default path is under the state dir; compare and plot read saved results
+    again = kit("bench", *LOAD, "--api-key-file", str(served["key"]))
+    assert again.returncode == 0, again.stderr
+    assert "TTFT p50" in again.stdout and "saved to" in again.stdout
+    saved = sorted((served["state"] / "bench").glob(f"{served['name']}-*.json"))
+    assert saved, again.stdout
+    cmp = kit("bench", "--compare", str(out), str(saved[-1]), "--json")
+    assert cmp.returncode == 0, cmp.stderr
+    rows = {r["metric"]: r for r in json.loads(cmp.stdout)["result"]["rows"]}
+    assert rows["output_throughput"]["ratio"] > 0 and rows["median_ttft_ms"]["a"] == m["median_ttft_ms"]
+    text = kit("bench", "--compare", str(out), str(saved[-1]))
+    assert "B/A" in text.stdout and "TP=2" in text.stdout
+
+
+def test_bench_plot_is_a_png(served: dict[str, Any]) -> None:
+    mpimg = pytest.importorskip("matplotlib.image")
+    kit, root = served["kit"], served["root"]
+    png = root / "curve.png"
+    result = kit(
+        "bench", "-n", "6", "-c", "1,3", "--output-len", "6", "--api-key-file", str(served["key"]),
+        "-o", str(root / "sweep.json"), "--plot", str(png),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    doc = json.loads((root / "sweep.json").read_text())
+    assert [p["concurrency"] for p in doc["points"]] == [1, 3]
+    image = mpimg.imread(str(png))
+    assert image.shape[0] >= 300 and image.shape[1] >= 1000 and image.std() > 0.01  # decoded, not blank
+    assert 10_000 < png.stat().st_size < 300_000
+
+
+def test_bench_with_a_wrong_key_is_one_line_exit_8(served: dict[str, Any]) -> None:
+    wrong = served["root"] / "wrong"
+    write_secret(wrong, "not-the-key\n")  # mode 600: no warning line about it
+    result = served["kit"]("bench", *LOAD, "--api-key-file", str(wrong))
+    assert result.returncode == 8, result.stderr
+    assert "401 Unauthorized" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_bench_of_an_unreachable_url_is_one_line_exit_8(served: dict[str, Any]) -> None:
+    result = served["kit"]("bench", *LOAD, "--url", "http://127.0.0.1:9", "--api-key-file", str(served["key"]))
+    assert result.returncode == 8, result.stderr
+    assert "cannot reach http://127.0.0.1:9" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_bench_of_a_malformed_dataset_is_one_line_exit_3(served: dict[str, Any]) -> None:
+    bad = served["root"] / "bad.jsonl"
+    bad.write_text('{"prompt": "fine"}\n{"prompt": "broken"\n')
+    result = served["kit"]("bench", "--dataset", str(bad), "--api-key-file", str(served["key"]))
+    assert result.returncode == 3, result.stderr
+    assert "bad.jsonl:2: not valid JSON" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
 def test_status_names_a_hung_server_within_its_bound(served: dict[str, Any], docker_client: Any) -> None:
     """The API server stopped (SIGSTOP: it accepts connections and never answers): status still
     answers within 10 s and says why, then the server goes on."""
@@ -264,6 +354,31 @@ def test_status_names_a_hung_server_within_its_bound(served: dict[str, Any], doc
     assert any("the server at" in line for line in doc["unreached"]), doc["unreached"]
     print(f"kit status on a hung server: {took:.1f} s")
     assert took < 12, f"kit status took {took:.1f} s on a hung server"  # 10 s + starting Python
+
+
+def test_bench_of_a_server_killed_mid_run_saves_partial_results(served: dict[str, Any], docker_client: Any) -> None:
+    """It kills the module's server: the tests after it start one again or need none."""
+    out = served["root"] / "partial.json"
+    argv = [sys.executable, "-m", "kit", "bench", "-n", "400", "-c", "1", "--output-len", "16"]
+    env = {**os.environ, "KIT_STATE_DIR": str(served["state"]), **served["env"]}
+    proc = subprocess.Popen(
+        [*argv, "--api-key-file", str(served["key"]), "-o", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    time.sleep(8)  # some requests finish (a request takes well under a second)
+    head = docker_client.containers.get(f"kit-{served['name']}-head")
+    head.exec_run(["bash", "-c", 'kill -9 "$(cat /tmp/kit/serve.pid)"'])
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 8, stderr
+    lines = [ln for ln in stderr.splitlines() if ln.startswith("kit: error")]
+    assert len(lines) == 1 and "stopped answering" in lines[0] and f"partial results saved to {out}" in lines[0]
+    doc = json.loads(out.read_text())
+    m = doc["points"][0]["metrics"]
+    assert not doc["complete"] and "stopped answering" in doc["error"]
+    assert 0 < m["completed"] < 400 and m["completed"] + m["failed"] + m["not_sent"] == 400
 
 
 def test_engine_crash_fails_serve_fast_with_the_log_tail(served: dict[str, Any]) -> None:

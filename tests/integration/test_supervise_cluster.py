@@ -5,7 +5,7 @@ in the background the whole time. Each fault is injected for real and the superv
 it, restart the whole group (every rank on every node: new pids everywhere) and serve again:
 
 1. kill -9 of the engine process inside the head container;
-2. kill -STOP of an engine on the worker (a hang /health does not see);
+2. (DP) kill -STOP of an engine on the worker (a hang /health does not see);
 3. docker kill of the worker node's container: `docker kill` is a manual stop that Docker's
    restart policy leaves down, so `kit serve --supervise`, which follows, starts it again (issue
    25: nobody has to); the container's entrypoint resumes the agent;
@@ -60,6 +60,10 @@ RECOVER_S = 300
 # serving check and the hang, whose detection watches a different engine (EngineCore_DP1).
 # benchmarks/recovery.py still measures every fault on both layouts.
 ONCE = "once is enough: the TP layout covers it"
+# The hang runs on DP=2 only: one engine of two stopped while the other serves is the case only
+# the per-engine judgement (pinned probes) catches; a stopped TP worker stalls the one engine,
+# which the same judgement sees as well (benchmarks/recovery.py measures both).
+HANG_ONCE = "once is enough: the DP layout covers it (one engine of two hung)"
 
 
 @pytest.fixture(scope="module", params=list(LAYOUTS))
@@ -164,7 +168,11 @@ def pids(c: dict[str, Any]) -> dict[str, int]:
 def recover(c: dict[str, Any], fault_at: float, load: sup.Load) -> dict[str, Any]:
     """Wait for the supervisor's cycle after a fault injected at wall time fault_at; the events,
     detection and recovery times, and the load's failures."""
-    detected = sup.wait_event(lambda: head(c), "detected", after=fault_at - 1, timeout=120)
+    try:
+        detected = sup.wait_event(lambda: head(c), "detected", after=fault_at - 1, timeout=120)
+    except AssertionError as exc:  # what the coordinator saw, to tell why
+        log = sup.exec_out(head(c), ["tail", "-n", "40", f"{sup.RUN_DIR}/coordinator.log"])
+        raise AssertionError(f"{exc}; state {sup.read_state(head(c))}; coordinator.log:\n{log}") from None
     ready = sup.wait_event(lambda: head(c), "ready", after=detected.ts, timeout=RECOVER_S)
     answered = None
     end = time.monotonic() + 60
@@ -233,10 +241,12 @@ def test_kill_9_of_the_engine_in_the_head_restarts_the_group(cluster: dict[str, 
 
 
 def test_a_stopped_engine_is_a_hang_and_restarts_the_group(cluster: dict[str, Any]) -> None:
+    if cluster["layout"] != "dp2":
+        pytest.skip(HANG_ONCE)
     wait_stable(cluster)
     load = sup.Load(cluster["url"]).start()
     time.sleep(5)
-    title = "VLLM::Worker_TP1" if cluster["layout"] == "tp2" else "VLLM::EngineCore_DP1"
+    title = "VLLM::EngineCore_DP1"
     fault_at = time.time()
     assert sup.signal_title(worker(cluster), "STOP", title) >= 1
     health = subprocess.run(

@@ -111,7 +111,7 @@ def ray_cluster(
             "KIT_TIMEOUTS_JOIN": "240",
             "KIT_SUPERVISE_MAX_RESTARTS": "3",
             "KIT_SUPERVISE_BACKOFF": "2",
-            "KIT_SUPERVISE_STABLE": "15",
+            "KIT_SUPERVISE_STABLE": "8",
         }
     )
     kit = make_kit(root / "state", env)
@@ -167,7 +167,7 @@ def test_a_killed_serve_step_is_restarted(ray_cluster: dict[str, Any]) -> None:
 
 def test_a_restarted_ray_head_is_named_missing_then_rejoined_and_served_again(ray_cluster: dict[str, Any]) -> None:
     kit = ray_cluster["kit"]
-    time.sleep(16)  # supervise.stable: the next failure is a first one again
+    time.sleep(9)  # supervise.stable: the next failure is a first one again
     fault_at = time.time()
     head_of(ray_cluster).restart(timeout=5)
     named = None
@@ -194,7 +194,7 @@ def test_a_restarted_ray_head_is_named_missing_then_rejoined_and_served_again(ra
 def test_a_lost_worker_is_waited_for_in_the_ray_cluster_then_the_serve_step_restarts(
     ray_cluster: dict[str, Any],
 ) -> None:
-    time.sleep(16)
+    time.sleep(9)  # supervise.stable
     fault_at = time.time()
     worker_of(ray_cluster).kill()
     detected = sup.wait_event(lambda: head_of(ray_cluster), "detected", after=fault_at, timeout=90)
