@@ -1,6 +1,8 @@
 """Result rendering shared by verbs: a JSON envelope for machines, text for people.
 
 Standard library only (no click), so the layers below the verbs can be imported without the CLI.
+A verb's result is a typed object (the Result protocol: its command, its JSON document, its text)
+and emit() is the one function that prints it (issue 26).
 Everything printed here goes through kit.safe.text (issue 27): the secrets kit knows are
 redacted and control characters a server or a file put into the text are shown as escapes, so
 nothing an outside party wrote can reach the terminal raw; JSON is strict (no NaN/Infinity). A
@@ -9,8 +11,8 @@ closed or broken standard output is an OutputLost error, never a silent success.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from kit.errors import OutputLost
 from kit.safe import text as safetext
@@ -27,12 +29,24 @@ def echo(text: str, *, err: bool = False, nl: bool = True) -> None:
     stream.flush()
 
 
-def emit(command: str, result: Any, *, as_json: bool, text: str | Callable[[], str]) -> None:
-    """Print a command's result: `{"ok": true, "command": ..., "result": ...}` or human text."""
+class Result(Protocol):
+    """What a verb prints: the verb's name, its document for --json, its text for people."""
+
+    @property
+    def command(self) -> str: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+    def text(self) -> str: ...
+
+
+def emit(result: Result, *, as_json: bool) -> None:
+    """Print a command's result: `{"ok": true, "command": ..., "result": ...}` or its text (an
+    empty text prints nothing). The one printer of results."""
     if as_json:
-        out(safetext.to_json({"ok": True, "command": command, "result": result}), raw=True)
+        out(safetext.to_json({"ok": True, "command": result.command, "result": result.to_dict()}), raw=True)
         return
-    rendered = text() if callable(text) else text
+    rendered = result.text()
     if rendered:
         out(rendered)
 

@@ -87,9 +87,17 @@ class DownResult:
     cluster: str
     containers: list[str]
     networks: list[str]
+    command = "down"
 
     def to_dict(self) -> dict[str, Any]:
         return {"cluster": self.cluster, "containers": self.containers, "networks": self.networks}
+
+    def text(self) -> str:
+        return (
+            f"cluster {self.cluster}: removed {len(self.containers)} container(s)"
+            + (f" ({', '.join(self.containers)})" if self.containers else "")
+            + (f" and {len(self.networks)} network(s)" if self.networks else "")
+        )
 
 
 class Cluster:

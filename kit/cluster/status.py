@@ -146,6 +146,12 @@ class StatusResult:
     # What kit.cluster.Cluster.status adds: the server, supervision, missing Ray nodes
     # (kit.cluster.serving_status), drift, the config the cluster was started from.
     extras: dict[str, Any] = field(default_factory=dict)
+    command = "status"
+
+    def text(self) -> str:
+        """`kit status` for people: the containers and Ray view (render), then the lines on the
+        server, supervision and what was not reached (render_status)."""
+        return "\n".join([render(self), *render_status(self.to_dict())])
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -361,3 +367,59 @@ def _short_digest(digest: str | None) -> str:
     if not digest:
         return "-"
     return digest if len(digest) < 40 else digest[: digest.index(":") + 13] if ":" in digest else digest[:20]
+
+
+def render_status(result: dict[str, Any]) -> list[str]:
+    """The lines `kit status` adds: the server's liveness, supervision, missing Ray nodes."""
+    out = []
+    server = result.get("server")
+    router = result.get("router")
+    if router is not None:
+        out.extend(render_router(router))
+    if server is not None and router is not None:
+        if server["serving"]:
+            out.append(f"endpoint: serving at {server['url']} ({server['replicas_serving']} replica(s) serving here)")
+        else:
+            out.append(f"endpoint: NOT SERVING at {server['url']}: {server['reason']}")
+    elif server is not None:
+        if server["serving"]:
+            word = "serving" if server["state"] == "serving" else "idle, answering"
+            out.append(f"server: {word} at {server['url']} ({len(server['engines'])} engine(s))")
+        else:
+            out.append(f"server: NOT SERVING at {server['url'] or 'the head'}: {server['reason']}")
+    sup = result.get("supervise")
+    if sup is not None:
+        line = (
+            f"supervisor: {'active' if sup['active'] else 'not running'}, {sup['phase']}, "
+            f"generation {sup['generation']}, {sup['restarts']} restart(s)"
+        )
+        if sup.get("last_failure"):
+            line += f"; last failure {sup.get('last_failure_time') or ''}: {sup['last_failure']}"
+        out.append(line)
+    if result.get("ray_missing"):
+        out.append("Ray: missing " + ", ".join(result["ray_missing"]))
+    if result.get("containers") and result.get("api_key_file"):
+        out.append(f"API key: in {result['api_key_file']} (`kit query --cluster {result['cluster']}` finds it)")
+    if result.get("started_from"):
+        out.append(f"started from: {result['started_from']}")
+    for line in result.get("unreached") or []:
+        out.append(f"not reached: {line}")
+    return out
+
+
+def render_router(router: dict[str, Any]) -> list[str]:
+    """The router (issue 29): its container, and each replica: where, routed, healthy, serving."""
+    state = router["state"] or "absent"
+    out = [f"router: {router['container']} {state} at {router['url']} ({router['policy']})"]
+    for row in router["replicas"]:
+        server = row.get("server") or {}
+        where = "on another host" if row["url"] is None else row["url"]
+        routed = "routed" if row["routed"] else "NOT ROUTED"
+        health = {True: "healthy", False: "UNHEALTHY", None: "-"}[row["healthy"]]
+        serving = "serving" if server.get("serving") else (server.get("reason") or "-") if server else "-"
+        out.append(f"  replica {row['replica']} (nodes {row['nodes']}): {where}: {routed}, {health}, {serving}")
+    for other in router["others"]:
+        out.append(f"  routed from another host: {other}")
+    if router.get("recovery"):
+        out.append(f"  {router['recovery']}")
+    return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -125,17 +126,60 @@ def command(
         from kit.bench.plot import plot
 
         plot([doc], [measured.name], plot_path)
-    summary = {**doc, "saved_to": str(save_to) if save_to else None, "plot": str(plot_path) if plot_path else None}
+    emit(Measured(doc, save_to, plot_path), as_json=as_json)
 
-    def text() -> str:
-        lines = [results.render(doc)]
-        if save_to:
-            lines.append(f"saved to {save_to}")
-        if plot_path:
-            lines.append(f"plot: {plot_path}")
+
+@dataclass(frozen=True)
+class Measured:
+    """`kit bench`: the results document (kit.bench.results), where it was saved, the plot."""
+
+    doc: dict[str, Any]
+    saved_to: Path | None
+    plot: Path | None
+    command = "bench"
+
+    def to_dict(self) -> dict[str, Any]:
+        saved, plot = self.saved_to, self.plot
+        return {**self.doc, "saved_to": str(saved) if saved else None, "plot": str(plot) if plot else None}
+
+    def text(self) -> str:
+        lines = [results.render(self.doc)]
+        if self.saved_to:
+            lines.append(f"saved to {self.saved_to}")
+        if self.plot:
+            lines.append(f"plot: {self.plot}")
         return "\n".join(lines)
 
-    emit("bench", summary, as_json=as_json, text=text)
+
+@dataclass(frozen=True)
+class Compared:
+    """`kit bench --compare A B`: B/A ratios of two saved results."""
+
+    files: tuple[Path, Path]
+    rows: list[dict[str, Any]]
+    a: dict[str, Any]
+    b: dict[str, Any]
+    command = "bench"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"compare": [str(p) for p in self.files], "rows": self.rows}
+
+    def text(self) -> str:
+        return results.render_compare(self.rows, self.a, self.b)
+
+
+@dataclass(frozen=True)
+class Plotted:
+    """`kit bench --plot PNG --from ...`: the plot written."""
+
+    plot: Path
+    command = "bench"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"plot": str(self.plot)}
+
+    def text(self) -> str:
+        return f"wrote {self.plot}"
 
 
 def run(
@@ -165,13 +209,7 @@ def run(
 def show_compare(compare: tuple[Path, Path], *, as_json: bool) -> None:
     """--compare A B: B/A ratios of two saved results; runs nothing."""
     a, b = results.load(compare[0]), results.load(compare[1])
-    rows = results.compare(a, b)
-    emit(
-        "bench",
-        {"compare": [str(p) for p in compare], "rows": rows},
-        as_json=as_json,
-        text=lambda: results.render_compare(rows, a, b),
-    )
+    emit(Compared(compare, results.compare(a, b), a, b), as_json=as_json)
 
 
 def plot_saved(from_files: tuple[Path, ...], plot_path: Path | None, *, as_json: bool) -> None:
@@ -183,4 +221,4 @@ def plot_saved(from_files: tuple[Path, ...], plot_path: Path | None, *, as_json:
     writable(plot_path, "--plot")
     docs = [results.load(p, "--from") for p in from_files]
     plot(docs, [p.stem for p in from_files], plot_path)
-    emit("bench", {"plot": str(plot_path)}, as_json=as_json, text=f"wrote {plot_path}")
+    emit(Plotted(plot_path), as_json=as_json)

@@ -9,7 +9,9 @@ plan is executed (kit.cluster.images.build_image), the builder's steps shown as 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -25,7 +27,7 @@ from kit.images.records import images_file
 from kit.images.reference import is_image_ref
 from kit.output import emit
 from kit.render import shell_words
-from kit.runtime.base import BuildPlan
+from kit.runtime.base import BuildPlan, BuildResult
 
 HELP = """Build kit's images from containers/ (GPU or CPU engine).
 
@@ -128,14 +130,41 @@ def command(
     store = runtimes.get_image_store(config)
     plan = store.plan_build(context, source=source, dest=sif)
     if dry_run:
-        emit("build", {**plan.to_dict(), "dry_run": True}, as_json=as_json, text=lambda: render_plan(plan))
+        emit(DryRun(plan), as_json=as_json)
         return
     result = build_image(store, plan, as_json=as_json, verbose=verbose)
-    if result.file is not None:
-        emit("build", result.to_dict(), as_json=as_json, text=lambda: f"{result.image}\n  digest: {result.digest}")
-        return
-    done = {**result.to_dict(), "record": str(images_file())}
-    emit("build", done, as_json=as_json, text=lambda: f"{result.image}\n  id: {result.digest}")
+    emit(Built(result, None if result.file is not None else str(images_file())), as_json=as_json)
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """`kit build --dry-run`: the build plan."""
+
+    plan: BuildPlan
+    command = "build"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.plan.to_dict(), "dry_run": True}
+
+    def text(self) -> str:
+        return render_plan(self.plan)
+
+
+@dataclass(frozen=True)
+class Built:
+    """`kit build`: the image built; `record` is kit's image record (Docker; an image file
+    carries its own record)."""
+
+    result: BuildResult
+    record: str | None
+    command = "build"
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.result.to_dict() if self.record is None else {**self.result.to_dict(), "record": self.record}
+
+    def text(self) -> str:
+        word = "digest" if self.result.file is not None else "id"
+        return f"{self.result.image}\n  {word}: {self.result.digest}"
 
 
 def parse_build_args(items: tuple[str, ...]) -> dict[str, str]:

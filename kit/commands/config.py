@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -34,20 +35,29 @@ def show(config_path: str | None, cluster: str | None, set_values: tuple[str, ..
     resolved, why = planned(load_settings(config_path, cluster_overrides(cluster, set_values)))
     warn([why] if why else [], as_json=as_json)
     rows = [(key, redacted_value(key, value), source) for key, value, source in resolved.show()]
-    result: dict[str, Any] = {
-        "path": resolved.path,
-        "plan_error": why,
-        "values": {k: {"value": v, "source": s, "help": SCHEMA[k].help} for k, v, s in rows},
-    }
-    emit(
-        "config",
-        result,
-        as_json=as_json,
-        text=lambda: (
-            f"# config file: {resolved.path or '(none: built-in defaults)'}\n"
-            + table(["key", "value", "source"], [(k, _fmt(v), s) for k, v, s in rows])
-        ),
-    )
+    emit(Shown(resolved.path, why, rows), as_json=as_json)
+
+
+@dataclass(frozen=True)
+class Shown:
+    """`kit config show`: the config file, why the layout could not be planned, each key's row."""
+
+    path: str | None
+    plan_error: str | None
+    rows: list[tuple[str, Any, str]]  # key, value (secrets redacted), source
+    command = "config"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "plan_error": self.plan_error,
+            "values": {k: {"value": v, "source": s, "help": SCHEMA[k].help} for k, v, s in self.rows},
+        }
+
+    def text(self) -> str:
+        return f"# config file: {self.path or '(none: built-in defaults)'}\n" + table(
+            ["key", "value", "source"], [(k, _fmt(v), s) for k, v, s in self.rows]
+        )
 
 
 def planned(settings: Resolved) -> tuple[Resolved, str | None]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -76,13 +77,7 @@ def command(
     rt = DockerRuntime()
     prepared = prepare(rt, image, gpus=gpus, base_image=base_image, ca_bundle=ca_bundle, as_json=as_json)
     if prepare_only:
-        emit(
-            "demo",
-            prepared,
-            as_json=as_json,
-            text=f"ready: {image} ({prepared['image_state']}), model in {prepared['hf_cache']} "
-            f"({prepared['model_state']})",
-        )
+        emit(Prepared(image, prepared), as_json=as_json)
         return
     overrides = demo_settings(
         cluster=cluster,
@@ -108,15 +103,41 @@ def command(
         demo.down()
     result["kept"] = keep
     result["seconds"] = round(time.monotonic() - started, 1)
-    q = result["query"]
-    emit(
-        "demo",
-        result,
-        as_json=as_json,
-        text=lambda: (
+    emit(Ran(result), as_json=as_json)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """`kit demo --prepare-only`: the image and the model (kit.demo.prepare's document)."""
+
+    image: str
+    doc: dict[str, Any]  # image_state, hf_cache, model_state, ...
+    command = "demo"
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.doc
+
+    def text(self) -> str:
+        d = self.doc
+        return f"ready: {self.image} ({d['image_state']}), model in {d['hf_cache']} ({d['model_state']})"
+
+
+@dataclass(frozen=True)
+class Ran:
+    """`kit demo`: the run's document (kit.demo.run's, with the cluster, what was kept, the time);
+    its text is the question and the answer."""
+
+    doc: dict[str, Any]
+    command = "demo"
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.doc
+
+    def text(self) -> str:
+        q = self.doc["query"]
+        return (
             f"\n> {q['prompt']}\n{q['answer']}\n"
             f"[{q['completion_tokens']} tokens, finish_reason={q['finish_reason']}, {q['latency_s']} s; "
-            f"served by 2 nodes with TP=2; demo took {result['seconds']} s]\n"
+            f"served by 2 nodes with TP=2; demo took {self.doc['seconds']} s]\n"
             "(the model has random weights: the words are nonsense, the serving is real)"
-        ),
-    )
+        )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -111,6 +112,18 @@ def command(logfiles: tuple[str, ...], as_json: bool) -> None:
     errors, engine timeouts, all-reduce deadlocks …) and prints cause and fix for each, plus the
     NCCL transport of every connection (intra- and inter-node). Use `-` for standard input.
     """
-    results = diagnose_files(list(logfiles))
-    data: dict[str, Any] = {path: d.to_dict() for path, d in results.items()}
-    emit("diagnose", data, as_json=as_json, text=lambda: render(results))
+    emit(Diagnoses(diagnose_files(list(logfiles))), as_json=as_json)
+
+
+@dataclass(frozen=True)
+class Diagnoses:
+    """Each log's diagnosis, by path."""
+
+    files: dict[str, Diagnosis]
+    command = "diagnose"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {path: d.to_dict() for path, d in self.files.items()}
+
+    def text(self) -> str:
+        return render(self.files)

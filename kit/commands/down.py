@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import click
 
 from kit.cluster import Cluster
 from kit.commands._options import cluster_overrides, config_options, json_option
 from kit.commands._params import KitCommand
 from kit.output import emit
+from kit.runtime.slurm import CancelResult
 
 
 @click.command(name="down", cls=KitCommand)
@@ -29,18 +33,23 @@ def command(
         from kit.runtime import get_job_control
 
         done = get_job_control().cancel(slurm_job, on_progress=lambda line: progress(line, as_json=as_json))
-        emit("down", {"slurm": done.to_dict()}, as_json=as_json, text=done.render)
+        emit(CancelledJob(done), as_json=as_json)
         return
     # Only the name (and the runtime kit recorded): nothing is planned, so a model kit cannot size
     # never stops a teardown (issue 25).
     down = Cluster.find(config_path, cluster_overrides(cluster, set_values)).down()
-    emit(
-        "down",
-        down.to_dict(),
-        as_json=as_json,
-        text=lambda: (
-            f"cluster {down.cluster}: removed {len(down.containers)} container(s)"
-            + (f" ({', '.join(down.containers)})" if down.containers else "")
-            + (f" and {len(down.networks)} network(s)" if down.networks else "")
-        ),
-    )
+    emit(down, as_json=as_json)
+
+
+@dataclass(frozen=True)
+class CancelledJob:
+    """`kit down --slurm JOB`: the job's cancellation, under the key `slurm`."""
+
+    job: CancelResult
+    command = "down"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"slurm": self.job.to_dict()}
+
+    def text(self) -> str:
+        return self.job.render()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -108,10 +109,7 @@ def command(
     hub_dir = Path(config.hf_cache) / "hub"
     target = Path(os.path.abspath(os.path.expanduser(local_dir))) if local_dir else None
     if check_only:
-        result = check_local(hub_dir, repo, revision, target)
-        emit(
-            "fetch", result, as_json=as_json, text=lambda: f"{repo}@{revision}: {result['summary']}\n  {result['path']}"
-        )
+        emit(Checked(repo, revision, check_local(hub_dir, repo, revision, target)), as_json=as_json)
         return
     hub = Hub(endpoint_from_env(), read_token(config, resolved.sources), timeout=min(timeout, 60.0), transfer_s=timeout)
 
@@ -119,7 +117,38 @@ def command(
         return DiskLayout.folder(target, repo, sha) if target else DiskLayout.cache(hub_dir, repo, sha)
 
     result = fetch_model(hub, repo, revision, layout_for, dry_run=dry_run, workers=workers, as_json=as_json)
-    emit("fetch", result, as_json=as_json, text=lambda: render_dry_run(result) if dry_run else render(result))
+    emit(Fetched(result, dry_run=dry_run), as_json=as_json)
+
+
+@dataclass(frozen=True)
+class Checked:
+    """`kit fetch --check`: the offline completeness check of REPO@REVISION (its document)."""
+
+    repo: str
+    revision: str
+    doc: dict[str, Any]  # the check's report, its summary and the snapshot's path
+    command = "fetch"
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.doc
+
+    def text(self) -> str:
+        return f"{self.repo}@{self.revision}: {self.doc['summary']}\n  {self.doc['path']}"
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """`kit fetch`: what was fetched (or, with --dry-run, what would be), fetch_model's document."""
+
+    doc: dict[str, Any]
+    dry_run: bool = False
+    command = "fetch"
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.doc
+
+    def text(self) -> str:
+        return render_dry_run(self.doc) if self.dry_run else render(self.doc)
 
 
 def read_token(config: KitConfig, sources: Mapping[str, str]) -> str | None:

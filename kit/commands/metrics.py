@@ -8,6 +8,7 @@ import contextlib
 import json
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -101,12 +102,55 @@ def command(
         result = top_replicas(base, config, nodes, interval, deadline_s=timeout)
     else:
         result = top(base, config, interval, deadline_s=timeout)
-    emit("metrics", result, as_json=as_json, text=lambda: render(result))
+    emit(result, as_json=as_json)
+
+
+@dataclass(frozen=True)
+class Rates:
+    """`kit metrics`: each engine's rates between two scrapes of `url`, and the engines of the
+    plan /metrics did not show."""
+
+    url: str
+    interval_s: float
+    health: str
+    engines: list[dict[str, Any]]  # a row per engine: its rates, engine, node_rank
+    missing: list[dict[str, Any]]  # engine, node_rank
+    command = "metrics"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "url": self.url,
+            "interval_s": self.interval_s,
+            "health": self.health,
+            "engines": self.engines,
+            "missing": self.missing,
+        }
+
+    def text(self) -> str:
+        return render(self)
+
+
+@dataclass(frozen=True)
+class ScrapeTargets:
+    """`kit metrics --prometheus FILE`: the file_sd file written and its target groups."""
+
+    file: str
+    targets: list[dict[str, Any]]
+    command = "metrics"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "targets": self.targets}
+
+    def text(self) -> str:
+        return (
+            f"wrote {len(self.targets)} scrape target(s) to {self.file}; in prometheus.yml: "
+            f"scrape_configs: [{{job_name: kit, file_sd_configs: [{{files: [{self.file}]}}]}}]"
+        )
 
 
 def top_replicas(
     endpoint: str, config: KitConfig, nodes: list[NodeHandle], interval: float, *, deadline_s: float = 10.0
-) -> dict[str, Any]:
+) -> Rates:
     """Router replicas (model.dp_lb router): every replica on this host is a server of its own
     with one engine; two scrapes of each, a row per replica (its engine named replica-K)."""
     from kit.cluster.replicas import local_replicas
@@ -130,15 +174,15 @@ def top_replicas(
             continue
         for rates in metrics.rates(t0, first[local.replica.index], t1, second).values():
             rows.append({**rates.to_dict(), "engine": local.replica.name, "node_rank": local.replica.head})
-    return {
-        "url": endpoint,
-        "interval_s": round(t1 - t0, 3),
-        "health": observe.health_error(found[0].url, deadline_s=deadline_s) or "ok"
+    return Rates(
+        url=endpoint,
+        interval_s=round(t1 - t0, 3),
+        health=observe.health_error(found[0].url, deadline_s=deadline_s) or "ok"
         if found
         else "no replica on this host",
-        "engines": rows,
-        "missing": missing,
-    }
+        engines=rows,
+        missing=missing,
+    )
 
 
 def _writable(path: str) -> None:
@@ -148,7 +192,7 @@ def _writable(path: str) -> None:
         raise ConfigError(exc.message, key="--prometheus", hint=exc.hint) from None
 
 
-def top(base: str, config: KitConfig, interval: float, *, deadline_s: float = 10.0) -> dict[str, Any]:
+def top(base: str, config: KitConfig, interval: float, *, deadline_s: float = 10.0) -> Rates:
     """Two scrapes `interval` apart and the per-engine rates between them, with each engine's
     node rank from the plan; each request bounded by deadline_s."""
     t0, first = time.monotonic(), observe.scrape(base, deadline_s=deadline_s)
@@ -159,17 +203,17 @@ def top(base: str, config: KitConfig, interval: float, *, deadline_s: float = 10
     for engine, rates in metrics.rates(t0, first, t1, second).items():
         rows.append({**rates.to_dict(), "node_rank": planned.get(engine)})
     seen = {row["engine"] for row in rows}
-    return {
-        "url": base,
-        "interval_s": round(t1 - t0, 3),
-        "health": observe.health_error(base, deadline_s=deadline_s) or "ok",
-        "engines": rows,
-        "missing": [{"engine": e, "node_rank": rank} for e, rank in planned.items() if e not in seen],
-    }
+    return Rates(
+        url=base,
+        interval_s=round(t1 - t0, 3),
+        health=observe.health_error(base, deadline_s=deadline_s) or "ok",
+        engines=rows,
+        missing=[{"engine": e, "node_rank": rank} for e, rank in planned.items() if e not in seen],
+    )
 
 
-def render(result: dict[str, Any]) -> str:
-    lines = [f"{result['url']}: /health {result['health']}; rates over {result['interval_s']:.1f} s"]
+def render(result: Rates) -> str:
+    lines = [f"{result.url}: /health {result.health}; rates over {result.interval_s:.1f} s"]
     lines.append(
         table(
             ["engine", "node", "running", "waiting", "KV cache", "prompt tok/s", "gen tok/s", "req/s", "TTFT", "ITL"],
@@ -186,13 +230,13 @@ def render(result: dict[str, Any]) -> str:
                     _num(r["mean_ttft_s"], "{:.3f}s"),
                     _num(r["mean_itl_s"], "{:.4f}s"),
                 )
-                for r in result["engines"]
+                for r in result.engines
             ],
         )
     )
-    if any(r["reset"] for r in result["engines"]):
+    if any(r["reset"] for r in result.engines):
         lines.append("a counter went back to zero: that engine restarted between the scrapes")
-    for gone in result["missing"]:
+    for gone in result.missing:
         where = "" if gone["node_rank"] is None else f" (node rank {gone['node_rank']})"
         lines.append(f"missing: engine {gone['engine']}{where} is in the plan but not in /metrics")
     return "\n".join(lines)
@@ -237,14 +281,7 @@ def _write_targets(config: KitConfig, nodes: list[NodeHandle], path: str, *, as_
         out(text, nl=False, raw=True)
         return
     _write_atomically(Path(path), text)
-    result = {"file": path, "targets": groups}
-    emit(
-        "metrics",
-        result,
-        as_json=as_json,
-        text=f"wrote {len(groups)} scrape target(s) to {path}; in prometheus.yml: "
-        f"scrape_configs: [{{job_name: kit, file_sd_configs: [{{files: [{path}]}}]}}]",
-    )
+    emit(ScrapeTargets(path, groups), as_json=as_json)
 
 
 def _write_atomically(path: Path, text: str) -> None:

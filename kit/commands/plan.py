@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import click
@@ -432,11 +432,57 @@ def command(
         chosen = sizing.pick_layout(layouts)
     index_size = sizing.load_checkpoint_size(model, hf_cache)
     emit(
-        "plan",
-        to_result(model, arch, weights, kv, seq_len, max_num_seqs, rec, index_size, layouts, chosen),
+        Sizing(model, arch, weights, kv, seq_len, max_num_seqs, rec, label, index_size, layouts, chosen),
         as_json=as_json,
-        text=lambda: render(model, arch, weights, kv, seq_len, max_num_seqs, rec, label, index_size, layouts, chosen),
     )
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """`kit plan`: the model's estimates, the recommendation for the GPU (if one was named) and,
+    on more than one GPU, each layout and the one chosen."""
+
+    model: str
+    arch: sizing.Architecture
+    weights: sizing.WeightEstimate
+    kv: sizing.KVEstimate
+    max_model_len: int
+    max_num_seqs: int
+    rec: sizing.Recommendation | None
+    gpu_label: str | None
+    index_size: int | None
+    layouts: tuple[sizing.LayoutFit, ...]
+    chosen: tuple[sizing.LayoutFit | None, str]
+    command = "plan"
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_result(
+            self.model,
+            self.arch,
+            self.weights,
+            self.kv,
+            self.max_model_len,
+            self.max_num_seqs,
+            self.rec,
+            self.index_size,
+            self.layouts,
+            self.chosen,
+        )
+
+    def text(self) -> str:
+        return render(
+            self.model,
+            self.arch,
+            self.weights,
+            self.kv,
+            self.max_model_len,
+            self.max_num_seqs,
+            self.rec,
+            self.gpu_label,
+            self.index_size,
+            self.layouts,
+            self.chosen,
+        )
 
 
 def _check_counts(values: dict[str, tuple[int | None, int]]) -> None:

@@ -9,6 +9,9 @@ edf) into a squashfs under enroot.image_dir, for pyxis' --container-image or the
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import click
 
 import kit.runtime as runtimes
@@ -67,23 +70,51 @@ def command(
     store = runtimes.get_image_store(config)
     plan = store.plan_pull(ref)  # a malformed reference is refused here, before anything runs
     if dry_run:
-        emit("pull", {**plan.to_dict(), "dry_run": True}, as_json=as_json, text=lambda: render_plan(plan))
+        emit(DryRun(plan), as_json=as_json)
         return
     result = pull_image(store, plan, as_json=as_json)
-    done = {**result.to_dict(), "record": str(images_file()) if result.digest else None}
-    if not result.digest:  # enroot < 4 and an unpinned reference: nothing recorded, and why
-        done["note"] = NO_DIGEST
-    emit("pull", done, as_json=as_json, text=lambda: render_result(result, done))
+    emit(Pulled(result, str(images_file()) if result.digest else None), as_json=as_json)
 
 
 # A store that resolves no digest (enroot < 4, an unpinned reference): the result says why.
 NO_DIGEST = "this enroot cannot resolve digests (enroot < 4): pin the image as IMAGE@sha256:..."
 
 
-def render_result(result: PullResult, done: dict[str, object]) -> str:
-    if not result.digest:
-        return f"{result.ref}\n  file: {done.get('path')}\n  digest: unknown (not recorded: {done['note']})"
-    return f"{result.ref}\n  digest: {result.digest}\n  recorded in {done['record']}"
+@dataclass(frozen=True)
+class DryRun:
+    """`kit pull --dry-run`: the pull plan."""
+
+    plan: PullPlan
+    command = "pull"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.plan.to_dict(), "dry_run": True}
+
+    def text(self) -> str:
+        return render_plan(self.plan)
+
+
+@dataclass(frozen=True)
+class Pulled:
+    """`kit pull`: the image pulled and where its digest is recorded (None: no digest, and
+    the note says why)."""
+
+    result: PullResult
+    record: str | None
+    command = "pull"
+
+    def to_dict(self) -> dict[str, Any]:
+        done = {**self.result.to_dict(), "record": self.record}
+        if not self.result.digest:  # enroot < 4 and an unpinned reference: nothing recorded, and why
+            done["note"] = NO_DIGEST
+        return done
+
+    def text(self) -> str:
+        result = self.result
+        if not result.digest:
+            path = result.file.path if result.file is not None else None
+            return f"{result.ref}\n  file: {path}\n  digest: unknown (not recorded: {NO_DIGEST})"
+        return f"{result.ref}\n  digest: {result.digest}\n  recorded in {self.record}"
 
 
 def render_plan(plan: PullPlan) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import urllib.parse
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -118,9 +119,7 @@ def command(
     if tunnel:
         login = login_host or config.tunnel.login_host
         port = ssh_port or config.tunnel.ssh_port
-        argv, _ = tunnel_argv(base, login, ssh_port=port)
-        text = tunnel_hint(base, login, ssh_port=port)
-        emit("query", {"url": base, "tunnel": shell_words(argv)}, as_json=as_json, text=text)
+        emit(Tunnel(base, login, port), as_json=as_json)
         return
     key_file = api_key_file or config.api_key_file
     key = client.read_key(key_file)
@@ -152,36 +151,72 @@ def command(
         system=system,
         image=picture,
     )
-    result: dict[str, Any] = {
-        "url": base,
-        "models": [m["id"] for m in models],
-        "model": name,
-        "prompt": prompt,
-        "system": system,
-        "image": image,  # as given: a file's content is not repeated
-        "answer": answer.text,
-        "finish_reason": answer.finish_reason,
-        "usage": {"prompt_tokens": answer.prompt_tokens, "completion_tokens": answer.completion_tokens},
-        "latency_s": round(answer.latency_s, 3),
-        "first_token_s": None if answer.first_token_s is None else round(answer.first_token_s, 3),
-        "tokens_per_s": None if answer.tokens_per_s is None else round(answer.tokens_per_s, 1),
-    }
     if stream and not as_json:
         out(shown.end(), raw=True)
-    emit("query", result, as_json=as_json, text=lambda: _render(result, streamed=stream))
+    asked = Asked(base, [m["id"] for m in models], name, prompt, system, image, answer, streamed=stream)
+    emit(asked, as_json=as_json)
 
 
-def _render(r: dict[str, Any], *, streamed: bool) -> str:
-    """The result as text; the server's words (model ids, finish reason) one line each (kit's
-    printer makes the whole of it terminal-safe and redacted)."""
-    models = ", ".join(safetext.one_line(m, 120) for m in r["models"])
-    lines = [f"models at {r['url']}: {models or '(none)'}"]
-    if not streamed:
-        lines += [f"> {r['prompt']}", r["answer"]]
-    rate = f"{r['tokens_per_s']} tokens/s" if r["tokens_per_s"] is not None else "- tokens/s"
-    finish = safetext.one_line(str(r["finish_reason"]), 40)
-    lines.append(
-        f"[{safetext.one_line(r['model'], 120)}: finish_reason={finish}, {r['usage']['completion_tokens']} tokens, "
-        f"{r['latency_s']} s, {rate}]"
-    )
-    return "\n".join(lines)
+@dataclass(frozen=True)
+class Tunnel:
+    """`kit query --tunnel-hint`: the SSH port-forward that reaches the server at `url`."""
+
+    url: str
+    login_host: str | None
+    ssh_port: int
+    command = "query"
+
+    def to_dict(self) -> dict[str, Any]:
+        argv, _ = tunnel_argv(self.url, self.login_host, ssh_port=self.ssh_port)
+        return {"url": self.url, "tunnel": shell_words(argv)}
+
+    def text(self) -> str:
+        return tunnel_hint(self.url, self.login_host, ssh_port=self.ssh_port)
+
+
+@dataclass(frozen=True)
+class Asked:
+    """`kit query`: the server's models, the question and the chat completion's answer."""
+
+    url: str
+    models: list[str]
+    model: str
+    prompt: str
+    system: str | None
+    image: str | None  # as given: a file's content is not repeated
+    answer: client.ChatResult
+    streamed: bool = False  # the answer was printed as it came
+    command = "query"
+
+    def to_dict(self) -> dict[str, Any]:
+        a = self.answer
+        return {
+            "url": self.url,
+            "models": self.models,
+            "model": self.model,
+            "prompt": self.prompt,
+            "system": self.system,
+            "image": self.image,
+            "answer": a.text,
+            "finish_reason": a.finish_reason,
+            "usage": {"prompt_tokens": a.prompt_tokens, "completion_tokens": a.completion_tokens},
+            "latency_s": round(a.latency_s, 3),
+            "first_token_s": None if a.first_token_s is None else round(a.first_token_s, 3),
+            "tokens_per_s": None if a.tokens_per_s is None else round(a.tokens_per_s, 1),
+        }
+
+    def text(self) -> str:
+        """The server's words (model ids, finish reason) one line each (kit's printer makes the
+        whole of it terminal-safe and redacted)."""
+        r = self.to_dict()
+        models = ", ".join(safetext.one_line(m, 120) for m in self.models)
+        lines = [f"models at {self.url}: {models or '(none)'}"]
+        if not self.streamed:
+            lines += [f"> {self.prompt}", r["answer"]]
+        rate = f"{r['tokens_per_s']} tokens/s" if r["tokens_per_s"] is not None else "- tokens/s"
+        finish = safetext.one_line(str(r["finish_reason"]), 40)
+        lines.append(
+            f"[{safetext.one_line(self.model, 120)}: finish_reason={finish}, {r['usage']['completion_tokens']} tokens, "
+            f"{r['latency_s']} s, {rate}]"
+        )
+        return "\n".join(lines)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import click
@@ -130,12 +131,7 @@ def command(
 
             plan["supervise"] = plan_supervise(config)
             prefix = supervised_text(config) + "\n"
-        emit(
-            "serve",
-            {"dry_run": True, **plan, "warnings": warnings.lines},
-            as_json=as_json,
-            text=lambda: prefix + dry_run_text(plan),
-        )
+        emit(DryRun(plan, warnings.lines, prefix), as_json=as_json)
         return
     if model_arg is not None:  # issue 28's host-share check first: a clash is refused before any probe runs
         cluster.plan_node(HEAD)
@@ -153,13 +149,8 @@ def command(
             start_node(cluster, say, warnings.before)
         result = cluster.serve(replace=replace, on_progress=say, notes=warnings.before, on_event=show_event)
     warn(warnings.after, as_json=as_json)
-    emit(
-        "serve",
-        {**result.to_dict(), "model_cache": cache.to_dict(), "warnings": warnings.lines},
-        as_json=as_json,
-        text=serve_text(result, detach=detach)
-        + (f"; stop it with: {shell_words(['kit', 'down', '--cluster', config.cluster])}" if model_arg else ""),
-    )
+    stop = shell_words(["kit", "down", "--cluster", config.cluster]) if model_arg else None
+    emit(Served(result, cache.to_dict(), warnings.lines, detach=detach, stop=stop), as_json=as_json)
     if not result.supervised or detach or not result.ready:
         return
     try:
@@ -193,17 +184,54 @@ def node_text(node: dict[str, Any]) -> str:
     )
 
 
-def serve_text(result: ServeResult, *, detach: bool) -> str:
-    if not result.supervised:
-        return f"serving {result.model} at {result.url} (healthy after {result.seconds} s)"
-    if not result.ready:
-        return f"agents started on {', '.join(result.nodes)}; the head's coordinator ({result.coordinator}) drives them"
-    then = (
-        "supervision goes on in the head container: `kit status`, `kit logs --events`"
-        if detach
-        else "following its events (Ctrl-C leaves it running)"
-    )
-    return f"serving {result.model} at {result.url} under supervision (ready after {result.seconds} s); {then}"
+@dataclass(frozen=True)
+class DryRun:
+    """`kit serve --dry-run`: the plan (every node's script), the warnings, and the lines before
+    the scripts (the node `kit serve MODEL` starts, or what the supervisor is told)."""
+
+    plan: dict[str, Any]
+    warnings: list[str]
+    preface: str
+    command = "serve"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dry_run": True, **self.plan, "warnings": self.warnings}
+
+    def text(self) -> str:
+        return self.preface + dry_run_text(self.plan)
+
+
+@dataclass(frozen=True)
+class Served:
+    """`kit serve`: the server (kit.cluster's ServeResult), the model cache, the warnings; `stop`
+    is the command that ends a `kit serve MODEL`."""
+
+    result: ServeResult
+    model_cache: dict[str, Any]
+    warnings: list[str]
+    detach: bool = False
+    stop: str | None = None
+    command = "serve"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.result.to_dict(), "model_cache": self.model_cache, "warnings": self.warnings}
+
+    def text(self) -> str:
+        return self.serving() + (f"; stop it with: {self.stop}" if self.stop else "")
+
+    def serving(self) -> str:
+        result = self.result
+        if not result.supervised:
+            return f"serving {result.model} at {result.url} (healthy after {result.seconds} s)"
+        if not result.ready:
+            nodes = ", ".join(result.nodes)
+            return f"agents started on {nodes}; the head's coordinator ({result.coordinator}) drives them"
+        then = (
+            "supervision goes on in the head container: `kit status`, `kit logs --events`"
+            if self.detach
+            else "following its events (Ctrl-C leaves it running)"
+        )
+        return f"serving {result.model} at {result.url} under supervision (ready after {result.seconds} s); {then}"
 
 
 def to_dict(plan: ServePlan, layout: Layout) -> dict[str, Any]:

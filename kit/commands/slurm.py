@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -130,42 +131,90 @@ def command(
         progress(layout_line(resolution, cache), as_json=as_json)
         warn(warnings, as_json=as_json)
         shown = "".join([text, *(f"# ---- kit: {p} ({what}) ----\n{files[p]}" for p in others)])
-        emit("slurm", {"launcher": text, **shown_extra, **layout}, as_json=as_json, text=shown.rstrip("\n"))
+        emit(Launcher(text, shown_extra, layout, shown), as_json=as_json)
         return
     for name in files:  # one line before anything is written (a missing folder, a folder)
         writable(Path(name), "--out")
     for name in reversed(files):  # the launcher last: it names the others
         _write_atomically(Path(name), files[name], mode=0o755 if name == launcher else 0o644)
-    result: dict[str, Any] = {"path": str(path), "nodes": config.nodes, "runtime": config.runtime, **layout}
-    result.update(written_extra)
+    written = Written(str(path), config.nodes, config.runtime, {**layout, **written_extra})
     progress(layout_line(resolution, cache), as_json=as_json)
     warn(warnings, as_json=as_json)
     if not submit:
-        emit("slurm", result, as_json=as_json, text=f"wrote {path} (submit it with: {shell_words(['sbatch', path])})")
+        emit(written, as_json=as_json)
         return
     from kit.runtime import get_job_control
 
     progress(f"wrote {path}; submitting", as_json=as_json)
     jobs = get_job_control()
     job = jobs.submit(path)
+    replicas_job = None
     if router:  # the replicas' array first; the router's job is given its id (and is the job to follow)
-        result["replicas_job"] = job
+        replicas_job = job
         job = jobs.submit(others[0], [job])
-    result["job_id"] = job
-    result["job_output"] = config.slurm.output.replace("%j", job)
-    emit(
-        "slurm",
-        result,
-        as_json=as_json,
-        text=(
+    emit(Submitted(written, job, config.slurm.output.replace("%j", job), replicas_job), as_json=as_json)
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """`kit slurm` (no --out): the launcher, the files beside it, the layout; shown as one text."""
+
+    launcher: str
+    extra: dict[str, Any]  # router_launcher (the router's job) or edf (path: text)
+    layout: dict[str, Any]  # parallel, layout_from, model_cache, warnings
+    shown: str  # the launcher and the files beside it, each under a `# ---- kit:` line
+    command = "slurm"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"launcher": self.launcher, **self.extra, **self.layout}
+
+    def text(self) -> str:
+        return self.shown.rstrip("\n")
+
+
+@dataclass(frozen=True)
+class Written:
+    """`kit slurm --out FILE`: the launcher written, its nodes and runtime, the layout and the
+    files beside it (router_launcher or edf)."""
+
+    path: str
+    nodes: int
+    runtime: str
+    layout: dict[str, Any]
+    command = "slurm"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "nodes": self.nodes, "runtime": self.runtime, **self.layout}
+
+    def text(self) -> str:
+        return f"wrote {self.path} (submit it with: {shell_words(['sbatch', self.path])})"
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """`kit slurm --submit`: the launcher written and its job (with a router: the router's job,
+    after the replicas' array job)."""
+
+    written: Written
+    job_id: str
+    job_output: str
+    replicas_job: str | None = None
+    command = "slurm"
+
+    def to_dict(self) -> dict[str, Any]:
+        replicas = {"replicas_job": self.replicas_job} if self.replicas_job is not None else {}
+        return {**self.written.to_dict(), **replicas, "job_id": self.job_id, "job_output": self.job_output}
+
+    def text(self) -> str:
+        job = self.job_id
+        return (
             f"submitted job {job}"
-            + (f" (vLLM's router; the replicas: array job {result['replicas_job']})" if router else "")
+            + (f" (vLLM's router; the replicas: array job {self.replicas_job})" if self.replicas_job else "")
             + "\n"
-            f"  output: {result['job_output']} (look for {SERVER_READY_MARK}: the URL and the SSH tunnel)\n"
+            f"  output: {self.job_output} (look for {SERVER_READY_MARK}: the URL and the SSH tunnel)\n"
             f"  status: kit status --slurm {job}\n"
             f"  stop:   kit down --slurm {job}"
-        ),
-    )
+        )
 
 
 def layout_fields(resolution: Resolution) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -132,8 +133,28 @@ def command(
         from kit.bench.plot import plot
 
         plot([doc], [config.cluster], plot_path, title="kit tune: latency vs throughput per layout")
-    text = functools.partial(render, ranking, best, tie / 100, save_to, plot_path)
-    emit("tune", {**doc, "saved_to": str(save_to), "state": str(state_path)}, as_json=as_json, text=text)
+    emit(Tuned(doc, save_to, state_path, ranking, best, tie / 100, plot_path), as_json=as_json)
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """`kit tune`: the results document (every layout's points), where it and the state file are,
+    the ranking and the recommendation (within `tie`, a fraction), the plot."""
+
+    doc: dict[str, Any]
+    saved_to: Path
+    state: Path
+    ranking: list[dict[str, Any]]
+    best: dict[str, Any] | None
+    tie: float
+    plot: Path | None
+    command = "tune"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.doc, "saved_to": str(self.saved_to), "state": str(self.state)}
+
+    def text(self) -> str:
+        return render(self.ranking, self.best, self.tie, self.saved_to, self.plot)
 
 
 def choose_layouts(base: Cluster, layouts: str | None) -> list[Layout]:

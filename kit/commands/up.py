@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Any
 
 import click
 
 from kit.cluster import Cluster, NodePlan
+from kit.cluster.nodes import UpResult
 from kit.commands._options import (
     config_flag,
     config_options,
@@ -89,34 +91,56 @@ def command(
     cache = cluster.model_cache()
     if dry_run:
         warn(warnings.lines, as_json=as_json)
-        emit(
-            "up",
-            {"dry_run": True, **plan, "warnings": warnings.lines},
-            as_json=as_json,
-            text=lambda: dry_run_text(plan),
-        )
+        emit(DryRun(plan, warnings.lines), as_json=as_json)
         return
     say = functools.partial(progress, as_json=as_json)
     from kit.commands._signals import sigterm_as_interrupt
 
     with sigterm_as_interrupt():  # issue 18: SIGTERM (a scheduler, `kill`) cleans up like Ctrl-C
-        result = cluster.up(
-            role, replace=replace, wait=not no_wait, on_progress=say, plan=node, notes=warnings.before
-        ).to_dict()
+        result = cluster.up(role, replace=replace, wait=not no_wait, on_progress=say, plan=node, notes=warnings.before)
     warn(warnings.after, as_json=as_json)
     net = node.net
-    emit(
-        "up",
-        {
-            **result,
-            "node_ip": net.ip,
-            "interface": net.interface,
-            "model_cache": cache.to_dict(),
-            "warnings": warnings.lines,
-        },
-        as_json=as_json,
-        text=f"{result['container']}: {result['state']} ({node.spec.role.label}, {net.ip} on {net.interface})",
-    )
+    emit(Started(result, node.spec.role.label, net.ip, net.interface, cache.to_dict(), warnings.lines), as_json=as_json)
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """`kit up --dry-run`: the node's plan (describe) and the warnings."""
+
+    plan: dict[str, Any]
+    warnings: list[str]
+    command = "up"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dry_run": True, **self.plan, "warnings": self.warnings}
+
+    def text(self) -> str:
+        return dry_run_text(self.plan)
+
+
+@dataclass(frozen=True)
+class Started:
+    """`kit up`: the runtime's node (its container and state), where it runs, the model cache."""
+
+    node: UpResult
+    role: str
+    node_ip: str
+    interface: str
+    model_cache: dict[str, Any]
+    warnings: list[str]
+    command = "up"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.node.to_dict(),
+            "node_ip": self.node_ip,
+            "interface": self.interface,
+            "model_cache": self.model_cache,
+            "warnings": self.warnings,
+        }
+
+    def text(self) -> str:
+        return f"{self.node.container}: {self.node.state} ({self.role}, {self.node_ip} on {self.interface})"
 
 
 def describe(cluster: Cluster, node: NodePlan) -> dict[str, Any]:

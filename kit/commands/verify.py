@@ -19,7 +19,7 @@ from kit.safe import files as safefile
 from kit.verify import policy
 from kit.verify.latency import LATENCY_METHODS
 from kit.verify.policy import EXPECTS
-from kit.verify.report import VerifyResult, junit_xml, raise_if_failed, render_text
+from kit.verify.report import VerifyResult, junit_xml, raise_if_failed
 
 RAY_VIEW_TIMEOUT_S = 25.0  # in all: starting Python, joining Ray, a task per node (issue 25)
 
@@ -237,7 +237,7 @@ def command(
             ) from None
     if not (as_json and result.status == "fail"):
         # On failure with --json the CLI prints one document: the error with the result inside.
-        emit("verify", result.to_dict(), as_json=as_json, text=lambda: render_text(result))
+        emit(result, as_json=as_json)
     raise_if_failed(result)
 
 

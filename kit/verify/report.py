@@ -27,10 +27,14 @@ class VerifyResult:
     wall_s: float = 0.0
     target: str | None = None  # image reference in image mode
     ray: list[dict[str, Any]] | None = None  # the head's Ray view (cluster mode, Ray backend)
+    command = "verify"
 
     @property
     def status(self) -> str:
         return overall(self.checks)
+
+    def text(self) -> str:
+        return render_text(self)
 
     @property
     def latency(self) -> dict[str, Any] | None:

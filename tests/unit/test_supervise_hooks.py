@@ -16,8 +16,9 @@ import pytest
 from kit.cluster import serving_status
 from kit.cluster.nodes import remove_after_interrupt
 from kit.cluster.serving import stale_ranks
+from kit.cluster.status import render_status
 from kit.commands._signals import sigterm_as_interrupt
-from kit.commands.status import render_slurm, render_status
+from kit.commands.status import render_slurm
 from kit.runtime.base import NodeHandle
 from kit.supervise import events
 from kit.supervise.events import Event
