@@ -28,7 +28,7 @@ ruff format --check kit tests benchmarks containers
 mypy
 
 # The unit tier runs on pytest-xdist (its tests share no state), two workers a core: many of its
-# tests wait on a deadline rather than compute (2 cores: 83 s with 4 workers, 100 s with 2). The
+# tests wait on a deadline rather than compute (2 cores: 74 s with 4 workers, 77 s with 6). The
 # bad-input corpus is one group (--dist loadgroup): one worker runs its ~200 forked kit runs once.
 # The real tiers below run one test at a time, as their clusters share the cores and subnets.
 step "unit tests"
