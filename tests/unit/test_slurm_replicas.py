@@ -369,3 +369,118 @@ def test_status_and_down_of_the_router_job_reach_its_replicas(tmp_path: Path, mo
     assert (tmp_path / "scancel.log").read_text().split() == ["42", "41"] and sorted(removed) == ["41", "42"]
     assert done.to_dict()["replicas"]["job_id"] == "41"
     assert "replicas: job 41: cancelled (RUNNING)" in done.render()
+
+
+# ---- the router job's loop, round by round (a scripted SLURM and replicas) ---------------------
+
+SCENARIO = f"""#!{sys.executable}
+# One stub for squeue, curl, docker and sleep, driven by KIT_SCENARIO: a JSON list of rounds of the
+# router job's loop, each {{"running": [task URLs], "healthy": [URLs answering /health]}}. Each
+# `squeue -o %i` (the loop's first call) starts the next round; past the last, the array is gone.
+import json, os, subprocess, sys, time
+name, args = os.path.basename(sys.argv[0]), sys.argv[1:]
+record, rounds = os.environ["KIT_RECORD"], json.loads(open(os.environ["KIT_SCENARIO"]).read())
+counter = record + ".round"
+now = int(open(counter).read()) if os.path.exists(counter) else -1
+stdin = sys.stdin.read() if name == "curl" and "@-" in args else ""
+with open(record, "a") as f:
+    f.write(json.dumps([name, *args, {{"stdin": stdin}}, now]) + "\\n")
+if name == "sleep":
+    time.sleep(0.05)
+elif name == "squeue" and "%i" in args:
+    now += 1
+    open(counter, "w").write(str(now))
+    print("77_0" if now < len(rounds) else "")
+elif name == "squeue" and "RUNNING" in args:
+    print("\\n".join(rounds[now]["running"]))
+elif name == "squeue":
+    print("1:00:00")
+elif name == "curl" and "-w" in args:
+    print("ok\\n200", end="")
+elif name == "curl":
+    url = args[-1].removesuffix("/health")
+    sys.exit(0 if ":8000" in url or url in rounds[now]["healthy"] else 7)
+elif name == "docker" and args[0] == "run" and any("router" in a for a in args):
+    os.execv("/bin/sleep", ["sleep", "30"])  # the router runs until `docker stop`
+elif name == "docker" and args[0] == "stop":
+    subprocess.run(["pkill", "-f", "^sleep 30$"], check=False)
+"""
+
+
+def run_router_rounds(tmp_path: Path, rounds: list[dict[str, list[str]]]) -> tuple[str, list[list[object]]]:
+    key = tmp_path / "key"
+    key.write_text(fake_secret("sk-", "rounds-key"))
+    cfg = router_config(nodes=1, gpus=2, tp=1, dp=2, accelerator="cpu", api_key_file=str(key))
+    bindir = stub_dir(tmp_path)
+    (bindir / "scenario").write_text(SCENARIO)
+    for name in ("squeue", "curl", "docker", "sleep"):
+        (bindir / name).unlink(missing_ok=True)
+        (bindir / name).symlink_to(bindir / "scenario")
+    (bindir / "scenario").chmod(0o755)
+    (tmp_path / "rounds.json").write_text(json.dumps(rounds))
+    router = tmp_path / "router.sbatch"
+    router.write_text(plan_router_launcher(cfg))
+    env = {
+        **os.environ,
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "KIT_RECORD": str(tmp_path / "record.jsonl"),
+        "KIT_SCENARIO": str(tmp_path / "rounds.json"),
+        "SLURM_JOB_ID": "78",
+        "SLURM_JOB_NUM_NODES": "1",
+        "SLURM_JOB_NODELIST": "node1",
+        "SLURM_SUBMIT_HOST": "login1",
+        "USER": "alice",
+    }
+    done = subprocess.run(
+        ["bash", str(router), "77"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout + done.stderr, calls(tmp_path)
+
+
+def router_runs(recorded: list[list[object]]) -> list[list[str]]:
+    """Each router start: the replicas it checks keys against."""
+    runs = [c for c in recorded if c[:2] == ["docker", "run"]]
+    return [[str(a).removesuffix("/v1/models") for a in c if str(a).endswith("/v1/models")] for c in runs]
+
+
+A, B, C = "http://10.9.0.7:8100", "http://10.9.0.8:8101", "http://10.9.0.9:8100"
+
+
+def test_the_router_checks_keys_against_every_running_task_and_a_cancelled_one_is_taken_out(tmp_path: Path) -> None:
+    # B still loads when A first answers; then A's task is cancelled: B checks keys, nothing restarts.
+    out, recorded = run_router_rounds(
+        tmp_path,
+        [
+            {"running": [A, B], "healthy": [A]},
+            {"running": [A, B], "healthy": [A, B]},
+            {"running": [B], "healthy": [B]},
+            {"running": [B], "healthy": [B]},
+        ],
+    )
+    assert router_runs(recorded) == [[A, B]], out
+    assert f"replica {B}: routed" in out
+    assert f"replica {A}: its task is no longer running; taken out of the router (HTTP 200)" in out, out
+    removes = [c for c in recorded if c[0] == "curl" and any("/remove_worker" in str(a) for a in c)]
+    assert len(removes) == 1 and any("10.9.0.7%3A8100" in str(a) for a in removes[0])
+    assert "restarting the router" not in out
+
+
+def test_the_router_restarts_only_when_no_task_it_checks_keys_against_runs(tmp_path: Path) -> None:
+    # Both first tasks leave; task 0 is requeued onto another node (a new URL): the router restarts,
+    # checking keys against it, and routes it.
+    out, recorded = run_router_rounds(
+        tmp_path,
+        [
+            {"running": [A, B], "healthy": [A, B]},
+            {"running": [C], "healthy": []},
+            {"running": [C], "healthy": [C]},
+        ],
+    )
+    assert router_runs(recorded) == [[A, B], [C]], out
+    for url in (A, B):
+        assert f"replica {url}: its task is no longer running; taken out of the router" in out
+    assert out.index("none of the replicas that check keys answers; restarting the router") < out.index(
+        f"replica {C}: routed"
+    )
+    assert not [c for c in recorded if c[0] == "curl" and any("/remove_worker" in str(a) for a in c)]
