@@ -182,7 +182,7 @@ def test_squeue_and_comment_parsers() -> None:
 
 # ---- both launchers run under bash, with recording stubs --------------------------------------
 
-RECORDER = f"""#!{sys.executable}
+RECORDER = f"""#!{sys.executable} -S
 import json, os, sys
 name, args = sys.argv[1], sys.argv[2:]  # `record "${{0##*/}}" "$@"` in each stub
 stdin = sys.stdin.read() if name == "curl" and "@-" in args else ""
@@ -213,7 +213,16 @@ case "$*" in *"-w"*) printf 'ok\n200' ;; esac
 exit 0
 """,
     # the router's `docker run` runs (the job checks it is alive); a node's ends at once
-    "docker": 'record "${0##*/}" "$@"\ncase "$1 $*" in "run "*router*) exec sleep 1 ;; esac\nexit 0\n',
+    # (until its `docker stop`)
+    "docker": r"""record "${0##*/}" "$@"
+case "$1 $*" in
+  "run "*"--label=kit.role=router"*) echo "$$" > "${KIT_RECORD}.router"; exec /bin/sleep 20 ;;
+  "stop "*) kill "$(cat "${KIT_RECORD}.router" 2>/dev/null)" 2>/dev/null ;;
+esac
+exit 0
+""",
+    # the jobs' waits between polls (seconds each), cut short
+    "sleep": "exec /bin/sleep 0.05\n",
     "scancel": 'record "${0##*/}" "$@"\n',
     "vllm": 'record "${0##*/}" "$@"\n',
 }
@@ -373,7 +382,7 @@ def test_status_and_down_of_the_router_job_reach_its_replicas(tmp_path: Path, mo
 
 # ---- the router job's loop, round by round (a scripted SLURM and replicas) ---------------------
 
-SCENARIO = f"""#!{sys.executable}
+SCENARIO = f"""#!{sys.executable} -S
 # One stub for squeue, curl, docker and sleep, driven by KIT_SCENARIO: a JSON list of rounds of the
 # router job's loop, each {{"running": [task URLs], "healthy": [URLs answering /health]}}. Each
 # `squeue -o %i` (the loop's first call) starts the next round; past the last, the array is gone.
@@ -400,10 +409,11 @@ elif name == "curl" and "-w" in args:
 elif name == "curl":
     url = args[-1].removesuffix("/health")
     sys.exit(0 if ":8000" in url or url in rounds[now]["healthy"] else 7)
-elif name == "docker" and args[0] == "run" and any("router" in a for a in args):
-    os.execv("/bin/sleep", ["sleep", "30"])  # the router runs until `docker stop`
-elif name == "docker" and args[0] == "stop":
-    subprocess.run(["pkill", "-f", "^sleep 30$"], check=False)
+elif name == "docker" and args[0] == "run" and "--label=kit.role=router" in args:
+    open(record + ".router", "w").write(str(os.getpid()))
+    os.execv("/bin/sleep", ["sleep", "20"])  # the router runs until `docker stop`
+elif name == "docker" and args[0] == "stop" and os.path.exists(record + ".router"):
+    subprocess.run(["kill", open(record + ".router").read()], check=False)
 """
 
 
