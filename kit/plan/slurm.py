@@ -288,17 +288,11 @@ def check_slurm_router(config: KitConfig, sources: Mapping[str, str]) -> None:
             source=sources.get("runtime"),
             hint="set runtime: docker, or model.dp_lb: internal or hybrid (one DP group in one job)",
         )
-    if config.supervise.enabled:
-        raise ConfigError(
-            "supervision (supervise.enabled) of router replicas under SLURM is not available yet: each replica "
-            "is its own array task, which slurm.requeue requeues alone when it fails",
-            key="supervise.enabled",
-            source=sources.get("supervise.enabled"),
-            hint="unset supervise.enabled and set slurm.requeue",
-        )
     taken = {v: k for k, v in vars(config.ports).items() if k not in ("ray_min_worker", "ray_max_worker")}
-    for base, name in ((config.ports.replica, "replica"), (config.ports.mp_master, "mp_master")):
-        # SLURM may put every task on one node: each replica has its own port from the base.
+    # SLURM may put every task on one node: each replica has its own port from each base (its
+    # supervisor's too, when supervised).
+    for name in ("replica", "mp_master", *(("supervisor",) if config.supervise.enabled else ())):
+        base = getattr(config.ports, name)
         for port in range(base + 1, base + config.dp):
             if port in taken or port > 65535:
                 raise ConfigError(

@@ -11,7 +11,8 @@ replica's TP×PP GPUs over its nodes), and vLLM's router is a job of its own, on
   ports.mp_master + k, so that tasks SLURM puts on one node do not collide). Each task writes its
   replica's URL into its job comment (`scontrol update Comment=`), and with slurm.requeue a task
   whose replica fails after it was ready requeues itself alone (`scontrol requeue` of its own
-  job id).
+  job id). With supervise.enabled each task's containers run kit's supervisor around the
+  replica (its own settings and supervisor port): a failure inside the task is restarted in place.
 - The router job (`sbatch kit-CLUSTER-router.sbatch ARRAY_JOB`, which `kit slurm --submit` runs)
   runs kit's router image (kit.plan.router, the same container `kit serve` starts) and keeps it in
   step with the array: a running task whose replica answers /health is added through the
@@ -48,7 +49,10 @@ from kit.plan.slurm import (
     sbatch_line,
     sbatch_resources,
     slurm_spec,
+    supervised_config,
 )
+from kit.plan.slurm_supervise import supervised
+from kit.plan.supervise import supervise_json
 from kit.plan.vllm import REPLICA_HEAD_VAR
 from kit.render import EnvRef, render, shell_quote
 
@@ -78,9 +82,13 @@ def slurm_describe(config: KitConfig) -> str:
 
 def replica_config(config: KitConfig, index: int) -> KitConfig:
     """Replica `index` as a cluster of its own: DP 1 on its nodes (TP×PP GPUs), its API server at
-    ports.replica + index and its rendezvous at ports.mp_master + index."""
+    ports.replica + index, its rendezvous at ports.mp_master + index and (supervised) its
+    supervisor at ports.supervisor + index."""
     ports = dataclasses.replace(
-        config.ports, replica=config.ports.replica + index, mp_master=config.ports.mp_master + index
+        config.ports,
+        replica=config.ports.replica + index,
+        mp_master=config.ports.mp_master + index,
+        supervisor=config.ports.supervisor + index,
     )
     return config.replace(
         nodes=nodes_per_replica(config),
@@ -110,11 +118,11 @@ def replica_scripts(config: KitConfig, index: int) -> dict[str, str]:
     return scripts
 
 
-def array_spec(config: KitConfig, role: Role, script: str, index: int) -> ContainerSpec:
+def array_spec(config: KitConfig, role: Role, script: str, index: int, args: tuple[str, ...] = ()) -> ContainerSpec:
     """A replica's node container: the node launcher's, labelled with the array's job id (so that
     `kit down --slurm ARRAY_JOB` finds every task's) and its replica; over several nodes it knows
     its replica's first node (the task's head)."""
-    spec = slurm_spec(config, role, script)
+    spec = slurm_spec(config, role, script, args)
     env = dict(spec.env)
     if nodes_per_replica(config) > 1:
         env[REPLICA_HEAD_VAR] = job_var("KIT_HEAD_ADDRESS")
@@ -125,10 +133,18 @@ def array_spec(config: KitConfig, role: Role, script: str, index: int) -> Contai
 def array_tasks(config: KitConfig) -> list[dict[str, object]]:
     """Each array task's replica: its index, API port, scripts and node commands."""
     tasks: list[dict[str, object]] = []
+    worker_role = Role("worker", RANK_SENTINEL)
     for replica in plan_replicas(config):
         rc = replica_config(config, replica.index)
         scripts = replica_scripts(rc, replica.index)
-        head = array_spec(rc, HEAD, job_var("KIT_HEAD_SCRIPT"), replica.index)
+        head_args: tuple[str, ...] = ()
+        worker_args: tuple[str, ...] = ()
+        if config.supervise.enabled:
+            # The replica is a supervised group of its own (kit.plan.supervise's replica settings,
+            # without a router to call: the router's job follows the replicas' health itself).
+            settings = supervise_json(supervised_config(rc), node=0)
+            scripts, head_args, worker_args = supervised(rc, scripts, (), worker_role, settings=settings)
+        head = array_spec(rc, HEAD, job_var("KIT_HEAD_SCRIPT"), replica.index, head_args)
         task: dict[str, object] = {
             "index": replica.index,
             "port": rc.ports.replica,
@@ -138,7 +154,7 @@ def array_tasks(config: KitConfig) -> list[dict[str, object]]:
             "worker_cmd": None,
         }
         if "KIT_WORKER_SCRIPT" in scripts:
-            worker = array_spec(rc, Role("worker", RANK_SENTINEL), job_var("KIT_WORKER_SCRIPT"), replica.index)
+            worker = array_spec(rc, worker_role, job_var("KIT_WORKER_SCRIPT"), replica.index, worker_args)
             task["worker_cmd"] = argv_text(node_argv(rc, worker))
             task["worker_name"] = shell_quote(runtime_word(worker.name))
         tasks.append(task)

@@ -36,14 +36,20 @@ def entry_script() -> str:
 
 
 def supervised(
-    config: KitConfig, scripts: Mapping[str, str], head_args: tuple[str, ...], worker: Role
+    config: KitConfig,
+    scripts: Mapping[str, str],
+    head_args: tuple[str, ...],
+    worker: Role,
+    *,
+    settings: str | None = None,
 ) -> tuple[dict[str, str], tuple[str, ...], tuple[str, ...]]:
     """The launcher's scripts and the head's and workers' container arguments with supervision:
     mp: every node's container runs the entry with its serve script; Ray: the head's entry runs
-    it in place of `vllm serve` once the Ray cluster is whole (workers stay Ray nodes)."""
+    it in place of `vllm serve` once the Ray cluster is whole (workers stay Ray nodes). `settings`:
+    the supervisor's settings (JSON) when they are not the whole cluster's (a router replica's)."""
     out = dict(scripts)
     out["KIT_SUPERVISE_BUNDLE"] = bundle.encoded()
-    out["KIT_SUPERVISE_JSON"] = supervise_json(config)
+    out["KIT_SUPERVISE_JSON"] = settings if settings is not None else supervise_json(config)
     data = (job_var("KIT_SUPERVISE_BUNDLE"), job_var("KIT_SUPERVISE_JSON"))
     if config.backend == "ray":
         out["KIT_SUPERVISE_SERVE_SCRIPT"] = out["KIT_HEAD_SERVE_SCRIPT"]

@@ -1,8 +1,9 @@
 """Replicas behind one router under a REAL SLURM (model.dp_lb router, issue 29): `kit slurm
---submit` sends an array of two replicas (TP=1 each, CPU engine, both on this one node on their
-own ports) and vLLM's router as a job of its own; a request through the router answers; the
-cancelled task of one replica leaves the endpoint answering from the other; `kit down --slurm`
-of the router's job leaves no job and no container.
+--submit` sends an array of two supervised replicas (TP=1 each, CPU engine, both on this one node
+on their own ports) and vLLM's router as a job of its own; a request through the router answers;
+kill -9 of one replica's engine is restarted in place by that replica's supervisor while the
+endpoint answers from the other; the cancelled task of one replica leaves the endpoint answering
+from the other; `kit down --slurm` of the router's job leaves no job and no container.
 
 Needs what tests/slurm/test_slurm_real.py needs, the router image (`kit build router`), and a
 node with room for three jobs at once (tests/infra/slurm.sh declares at least 4 CPUs).
@@ -21,8 +22,10 @@ from pathlib import Path
 
 import pytest
 
+from kit.supervise import events
 from tests.conftest import fake_secret
 from tests.slurm.test_slurm_real import IMAGE, REQUIRED, kit, slurm_up, wait_for, write_config
+from tests.slurm.test_slurm_supervise import KILL_ENGINE
 
 pytestmark = pytest.mark.slurm
 __all__ = ["slurm_up"]  # the module's autouse fixture: SLURM started, the image present
@@ -66,6 +69,20 @@ def wait_lines(path: Path, pattern: str, count: int, timeout: float) -> None:
     raise AssertionError(f"fewer than {count} {pattern!r} in {path}:\n{text[-3000:]}")
 
 
+def wait_event(container: str, kind: str, *, generation: int, timeout: float) -> str:
+    """The supervisor's event of `kind` and `generation` in the container (its run directory)."""
+    end = time.monotonic() + timeout
+    lines: list[str] = []
+    while time.monotonic() < end:
+        read = ["docker", "exec", container, "cat", "/tmp/kit/supervise/events.jsonl"]
+        lines = subprocess.run(read, capture_output=True, text=True).stdout.splitlines()
+        for event in events.parse_lines(lines):
+            if event.kind == kind and event.generation == generation:
+                return f"{event.kind} (generation {event.generation}): {event.reason}"
+        time.sleep(1)
+    raise AssertionError(f"no {kind} of generation {generation} within {timeout} s: {lines[-10:]}")
+
+
 def queued(job: str) -> str:
     return subprocess.run(["squeue", "-h", "-j", job, "-o", "%i %T"], capture_output=True, text=True).stdout.strip()
 
@@ -94,7 +111,10 @@ def test_two_replicas_behind_the_router_survive_one_cancelled_task_and_down_clea
         model={"id": MODEL, "tp": 1, "pp": 1, "dp": 2, "dp_lb": "router", "extra_args": ["--enforce-eager"]},
         router={"image": ROUTER_IMAGE},
         # off kit's defaults: other clusters (and their routers) may share this host
-        ports={"api": 18400, "replica": 18410, "mp_master": 18420, "router_metrics": 18490},
+        ports={"api": 18400, "replica": 18410, "mp_master": 18420, "supervisor": 18430, "router_metrics": 18490},
+        # each replica supervised in its own task: a dead engine restarts that replica in place
+        supervise={"enabled": True, "max_restarts": 2, "backoff": 1, "stable": 5},
+        timeouts={"liveness": 10},
     )
     result = kit("slurm", "--config", str(config), "--submit", "--json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -116,6 +136,21 @@ def test_two_replicas_behind_the_router_survive_one_cancelled_task_and_down_clea
 
         tasks = queued(replicas).splitlines()
         assert len(tasks) == 2 and all(t.endswith("RUNNING") for t in tasks), tasks
+
+        # kill -9 of replica 1's engine: its supervisor restarts it inside its task (no requeue),
+        # while the endpoint answers from replica 0.
+        labels = ["--filter", f"label=kit.slurm-job={replicas}", "--filter", "label=kit.replica=1"]
+        node = subprocess.run(["docker", "ps", "-q", *labels], capture_output=True, text=True).stdout.split()
+        assert len(node) == 1, node
+        time.sleep(6)  # supervise.stable: a first failure
+        subprocess.run(["docker", "exec", node[0], "bash", "-c", KILL_ENGINE], check=True)
+        answered = [ask(endpoint, key)[0] for _ in range(6)]
+        assert answered.count(200) >= 5, answered  # what was in flight on replica 1 may fail once
+        ready = wait_event(node[0], "ready", generation=2, timeout=240)
+        print(f"replica 1 restarted in place: {ready}, {time.monotonic() - t0:.0f} s in")
+        assert queued(replicas).splitlines() == tasks  # both tasks still running: nothing requeued
+        assert ask(endpoint, key)[0] == 200
+
         first = tasks[0].split()[0]
         assert re.fullmatch(rf"{replicas}_\d", first)
         subprocess.run(["scancel", first], check=True)

@@ -32,6 +32,11 @@ pytestmark = pytest.mark.slurm
 
 IMAGE = os.environ.get("KIT_SLURM_IMAGE", "kit/vllm-cpu:test")
 MODEL_DIR = "models--kit--tiny-llama"
+# kill -9 of every vLLM engine core in a container (its process title), as `docker exec bash -c`.
+KILL_ENGINE = (
+    'for p in /proc/[0-9]*; do case "$(tr "\\0" " " < "$p/cmdline" | head -c 16)" in VLLM::EngineCore*) '
+    'kill -9 "${p#/proc/}";; esac; done'
+)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -129,10 +134,7 @@ def test_a_supervised_job_restarts_in_place_then_gives_up_and_requeues(tmp_path:
             ["docker", "ps", "-q", "--filter", f"label=kit.slurm-job={job}"], capture_output=True, text=True, check=True
         ).stdout.split()
         assert len(container) == 1
-        kill = (
-            'for p in /proc/[0-9]*; do case "$(tr "\\0" " " < "$p/cmdline" | head -c 16)" in VLLM::EngineCore*) '
-            'kill -9 "${p#/proc/}";; esac; done'
-        )
+        kill = KILL_ENGINE
         time.sleep(6)  # supervise.stable
         subprocess.run(["docker", "exec", container[0], "bash", "-c", kill], check=True)
         wait_until(

@@ -9,6 +9,7 @@ import dataclasses
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -97,6 +98,30 @@ def test_a_replica_over_two_nodes_is_a_task_of_two_nodes_meeting_at_its_first() 
     assert '--env=KIT_REPLICA_HEAD_ADDRESS="${KIT_HEAD_ADDRESS}"' in text
 
 
+def test_supervised_replicas_each_run_kits_supervisor_with_their_own_ports() -> None:
+    """supervise.enabled: every task's containers run kit's supervisor around its replica's serve
+    scripts (the same entry as a supervised job), with the replica's settings: its API port, its
+    own supervisor port (tasks may share a node), one engine, no router to call (the router's job
+    follows the replicas' health)."""
+    config = router_config(nodes=4, gpus=8, tp=16, dp=2, **{"supervise.enabled": True})
+    text = plan_replicas_launcher(config)
+    shellcheck_text(text)
+    assert 'KIT_SUPERVISE_TOKEN="$(od -An -N16' in text  # made in the job, never written here
+    assert '>"${KIT_JOB_TMP}/kit/supervise/token"' in text
+    for k in (0, 1):
+        block = task_block(text, k)
+        for var in ("KIT_SUPERVISE_BUNDLE", "KIT_SUPERVISE_JSON", "KIT_HEAD_SERVE_SCRIPT", "KIT_WORKER_SERVE_SCRIPT"):
+            assert f"export {var}=" in block, var
+        doc = json.loads(shlex.split(block.split("export KIT_SUPERVISE_JSON=", 1)[1])[0])  # one quoted word
+        assert (doc["api_port"], doc["port"], doc["engines"]) == (8100 + k, 29570 + k, ["0"])
+        assert doc["nodes"] == ["head", "worker-1"] and doc["router_url"] is None
+    for part in ("HEAD", "WORKER"):  # each task's containers get their serve script and the settings
+        args = rf'"\$\{{KIT_{part}_SERVE_SCRIPT\}}"\s+"\$\{{KIT_SUPERVISE_BUNDLE\}}"\s+"\$\{{KIT_SUPERVISE_JSON\}}"'
+        assert len(re.findall(args, text)) == 2, part
+    unsupervised = plan_replicas_launcher(router_config(nodes=4, gpus=8, tp=16, dp=2))
+    assert "KIT_SUPERVISE" not in unsupervised
+
+
 def test_the_router_job_runs_kits_router_and_registers_replicas_through_the_admin_endpoint(tmp_path: Path) -> None:
     key = tmp_path / "api key"
     secret = fake_secret("sk-", "router-job-key")
@@ -146,7 +171,7 @@ def test_kit_slurm_writes_both_files_and_submits_the_array_then_the_router(tmp_p
     ("overrides", "key", "words"),
     [
         ({"runtime": "apptainer", "image": "/i/vllm.sif"}, "runtime", "runtime docker only"),
-        ({"supervise.enabled": True}, "supervise.enabled", "slurm.requeue"),
+        ({"supervise.enabled": True, "ports.supervisor": 8999}, "ports.supervisor", "ports.supervisor 8999-9000"),
         ({"ports.replica": 8999}, "ports.replica", "ports.replica 8999-9000"),
     ],
 )
