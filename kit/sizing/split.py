@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Iterable
 
 from kit.sizing.architecture import LINEAR, Architecture
 from kit.sizing.kv import KVEstimate
@@ -38,22 +40,25 @@ def pp_stages(n_layers: int, pp: int) -> list[range]:
     return out
 
 
-def _kv_per_rank(arch: Architecture, kv: KVEstimate, layers: range, tp: int, seq_len: int) -> int:
-    """KV bytes one TP rank holds for one sequence of `seq_len` on the layers of a stage."""
+def _kv_per_layer(arch: Architecture, kv: KVEstimate, kind: str, tp: int, seq_len: int) -> int:
+    """KV bytes one TP rank holds for one sequence of `seq_len` on one layer of `kind`."""
     total = 0
-    for i in layers:
-        kind = arch.layer_kinds[i]
-        for lk in kv.layers:
-            if lk.kind == "mla":  # the latent is not split by TP: every rank holds all of it
-                total += lk.bytes_per_token * seq_len
-            elif lk.kind == kind == LINEAR:
-                total += lk.state_bytes_per_seq // tp
-            elif lk.kind == kind:
-                heads_per_rank = max(1, arch.num_kv_heads // tp)
-                per = lk.bytes_per_token * heads_per_rank // arch.num_kv_heads
-                tokens = min(seq_len, lk.window) if lk.window else seq_len
-                total += per * tokens
+    for lk in kv.layers:
+        if lk.kind == "mla":  # the latent is not split by TP: every rank holds all of it
+            total += lk.bytes_per_token * seq_len
+        elif lk.kind == kind == LINEAR:
+            total += lk.state_bytes_per_seq // tp
+        elif lk.kind == kind:
+            heads_per_rank = max(1, arch.num_kv_heads // tp)
+            per = lk.bytes_per_token * heads_per_rank // arch.num_kv_heads
+            tokens = min(seq_len, lk.window) if lk.window else seq_len
+            total += per * tokens
     return total
+
+
+def _prefix(values: Iterable[int]) -> list[int]:
+    """Running sums from 0: a stage's layers a..b-1 sum to out[b] - out[a]."""
+    return [0, *itertools.accumulate(values)]
 
 
 def expert_share(arch: Architecture, tp: int, ep: int) -> float:
@@ -75,11 +80,26 @@ def worst_stage(
     """
     share = expert_share(arch, tp, ep)
     stages = pp_stages(arch.num_layers, pp)
+    # Every stage's sums from running sums over the layers: `kit plan` tries every PP up to one
+    # stage per layer, which summed layer by layer grew with the square of the layers.
+    kinds = {
+        kind: (
+            _kv_per_layer(arch, kv, kind, tp, seq_len),
+            _kv_per_layer(arch, kv, kind, tp, 1) - _kv_per_layer(arch, kv, kind, tp, 0),
+        )
+        for kind in set(arch.layer_kinds)
+    }
+    kv_sum = _prefix(kinds[kind][0] for kind in arch.layer_kinds)
+    token_sum = _prefix(kinds[kind][1] for kind in arch.layer_kinds)
+    layer_sum = _prefix(weights.layer_bytes)
+    expert_sum = _prefix(weights.layer_expert_bytes)
+    replicated_sum = _prefix(weights.layer_replicated_bytes)
     worst_weights = worst_kv = per_token = 0
     for s, layers in enumerate(stages):
-        experts = sum(weights.layer_expert_bytes[i] for i in layers)
-        w = (sum(weights.layer_bytes[i] for i in layers) - experts) / tp + experts * share
-        w += sum(weights.layer_replicated_bytes[i] for i in layers)
+        a, b = layers.start, layers.stop
+        experts = expert_sum[b] - expert_sum[a]
+        w = (layer_sum[b] - layer_sum[a] - experts) / tp + experts * share
+        w += replicated_sum[b] - replicated_sum[a]
         if s == 0:
             w += (weights.embedding_bytes + weights.vision_bytes) / tp
         if s == len(stages) - 1:
@@ -87,8 +107,8 @@ def worst_stage(
                 w += weights.lm_head_bytes / tp
             w += weights.final_norm_bytes
         worst_weights = max(worst_weights, math.ceil(w))
-        worst_kv = max(worst_kv, _kv_per_rank(arch, kv, layers, tp, seq_len))
-        per_token = max(per_token, _kv_per_rank(arch, kv, layers, tp, 1) - _kv_per_rank(arch, kv, layers, tp, 0))
+        worst_kv = max(worst_kv, kv_sum[b] - kv_sum[a])
+        per_token = max(per_token, token_sum[b] - token_sum[a])
     return worst_weights, worst_kv, per_token
 
 

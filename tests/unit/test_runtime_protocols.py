@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -193,12 +194,13 @@ PROBES |= SUPERVISOR | {"kit/supervise/boot.py"}
 _PROCESS_CALLS = re.compile(r"^os\.(system|popen|spawn\w*|exec\w*|posix_spawn\w*)$|^pty\.spawn$|create_subprocess")
 
 
-def modules() -> list[tuple[str, ast.Module, str]]:
+@functools.cache  # parsed once for the tests below (they only read the trees)
+def modules() -> tuple[tuple[str, ast.Module, str], ...]:
     out = []
     for path in sorted(KIT.rglob("*.py")):
         text = path.read_text()
         out.append((path.relative_to(ROOT).as_posix(), ast.parse(text), text))
-    return out
+    return tuple(out)
 
 
 def dotted(node: ast.AST) -> str:

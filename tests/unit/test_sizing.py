@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -970,3 +971,46 @@ def test_a_cache_without_refs_sizes_its_only_snapshot_and_never_guesses(tmp_path
     assert sizing.find_model_dir("org/m", str(hub_dir)) == only
     _snapshot(hub_dir, "org/m", "d" * 40, mtime=2_000)
     assert sizing.find_model_dir("org/m", str(hub_dir)) is None
+
+
+@pytest.mark.parametrize("name", sorted(d.name for d in MODELS.iterdir()))
+def test_worst_stage_equals_the_sums_of_each_stages_layers(name: str) -> None:
+    """worst_stage sums each PP stage from running sums (kit plan tries every PP up to one stage
+    per layer): the same numbers as adding up each stage's layers one by one, for every real
+    config here (sliding windows, MLA, linear attention, MoE) and uneven stages."""
+    from kit.sizing.kv import kv_bytes_per_token
+    from kit.sizing.split import expert_share, pp_stages, worst_stage
+    from kit.sizing.weights import estimate_weights
+
+    arch = sizing.parse_architecture(load(name)[0])
+    weights, kv = estimate_weights(arch), kv_bytes_per_token(arch, "auto")
+
+    def kv_of(layers: range, tp: int, seq: int) -> int:
+        total = 0
+        for i in layers:
+            for lk in kv.layers:
+                if lk.kind == "mla":
+                    total += lk.bytes_per_token * seq
+                elif lk.kind == arch.layer_kinds[i] == "linear_attention":
+                    total += lk.state_bytes_per_seq // tp
+                elif lk.kind == arch.layer_kinds[i]:
+                    per = lk.bytes_per_token * max(1, arch.num_kv_heads // tp) // arch.num_kv_heads
+                    total += per * (min(seq, lk.window) if lk.window else seq)
+        return total
+
+    for tp, pp, ep in [(1, 1, 1), (2, 3, 1), (4, 7, 4), (8, arch.num_layers, 1)]:
+        stages = pp_stages(arch.num_layers, pp)
+        want = [0, 0, 0]
+        for s, layers in enumerate(stages):
+            experts = sum(weights.layer_expert_bytes[i] for i in layers)
+            w = (sum(weights.layer_bytes[i] for i in layers) - experts) / tp + experts * expert_share(arch, tp, ep)
+            w += sum(weights.layer_replicated_bytes[i] for i in layers)
+            if s == 0:
+                w += (weights.embedding_bytes + weights.vision_bytes) / tp
+            if s == len(stages) - 1:
+                w += (
+                    weights.lm_head_bytes / tp if pp > 1 or not arch.tie_word_embeddings else 0
+                ) + weights.final_norm_bytes
+            got = (math.ceil(w), kv_of(layers, tp, 4096), kv_of(layers, tp, 1) - kv_of(layers, tp, 0))
+            want = [max(a, b) for a, b in zip(want, got, strict=True)]
+        assert worst_stage(arch, weights, kv, tp=tp, pp=pp, ep=ep, seq_len=4096) == tuple(want), (tp, pp, ep)
