@@ -64,6 +64,11 @@ def _docker() -> Any:
     return docker
 
 
+def _not_running(node: NodeHandle) -> StartError:
+    """A node whose container stopped or restarts under an exec: what pollers wait out."""
+    return StartError(f"{node.name} is not running", hint="see `kit status` and `kit logs`")
+
+
 class DockerRuntime(ContainerRuntime, ImageStore):
     """The engine is reached on first use (RuntimeUnavailable if it cannot be), so planning
     (`plan_pull`, `plan_build`: what --dry-run prints) works on a host without it."""
@@ -480,7 +485,7 @@ class DockerRuntime(ContainerRuntime, ImageStore):
             # callers that poll a restarting node (`kit serve --supervise` following) expect it.
             if exc.status_code not in (404, 409):
                 raise
-            raise StartError(f"{node.name} is not running", hint="see `kit status` and `kit logs`") from None
+            raise _not_running(node) from None
         except BaseException:
             # Interrupted (Ctrl-C, SIGTERM) or the engine stopped answering: end what the exec
             # started inside the container, which docker would leave running (issue 25).
@@ -516,7 +521,7 @@ class DockerRuntime(ContainerRuntime, ImageStore):
             raise StartError(f"{node.name} does not exist", hint="start it with `kit up`") from None
         except docker.errors.APIError as exc:
             if exc.status_code == 409:  # "is not running" / "is restarting"
-                raise StartError(f"{node.name} is not running", hint="see `kit status` and `kit logs`") from None
+                raise _not_running(node) from None
             raise
 
     def run_once(
