@@ -344,7 +344,7 @@ class Coordinator:
         verdicts = liveness.judge(
             list(self.history), expected=self.settings.engines, liveness_s=self.settings.liveness_s, probes=probes
         )
-        verdicts = [self._second_opinion(v, stalls, probes) for v in verdicts]
+        verdicts = [self._second_opinion(v, stalls, probes, now=observation.t) for v in verdicts]
         self._log_verdicts(verdicts)
         return verdicts
 
@@ -361,16 +361,29 @@ class Coordinator:
         return out
 
     def _second_opinion(
-        self, verdict: liveness.Verdict, stalls: dict[str, float], probes: list[liveness.Probe]
+        self, verdict: liveness.Verdict, stalls: dict[str, float], probes: list[liveness.Probe], *, now: float
     ) -> liveness.Verdict:
         """A busy engine judged hung (no token progress for liveness_s) is acted on only when the
         one-token request pinned to it during the stall (sent at half the liveness time) failed
         too: an engine that is slow, or whose gauges went stale, still answers it. Measured on the
-        2-CPU test host: a DP rank starved of CPU right after a restart went 10 s without a token."""
+        2-CPU test host: a DP rank starved of CPU right after a restart went 10 s without a token.
+
+        The stall is timed here over the looks that answered: liveness.judge restarts its clock at
+        a look whose scrape failed, so /metrics failing now and then (a busy API server) would
+        keep a stopped engine "serving" for ever. No progress on any answered look for liveness_s
+        and the pinned request failed as well: hung."""
         since = stalls.get(verdict.engine)
-        if verdict.state != "hung" or since is None:
+        if since is None or verdict.state not in ("hung", "serving"):
             return verdict
         mine = sorted((p for p in probes if p.engine == verdict.engine and p.t >= since), key=lambda p: p.t)
+        if verdict.state == "serving":
+            stalled = now - since
+            if stalled >= self.settings.liveness_s and mine and mine[-1].error is not None:
+                why = (
+                    f"no token on any look that answered for {stalled:.0f} s (liveness {self.settings.liveness_s:g} s)"
+                )
+                return liveness.Verdict(verdict.engine, "hung", f"{why}; {mine[-1].error}")
+            return verdict
         if mine and mine[-1].error is None:
             why = f"{verdict.reason}; but a one-token request pinned to it answered in {mine[-1].latency_s or 0:.1f} s"
             return liveness.Verdict(verdict.engine, "serving", why)

@@ -280,16 +280,21 @@ def test_a_stop_request_ends_the_run_with_code_0(run: dict[str, Any]) -> None:
     assert all(a.group.members() == [] for a in run["agents"])
 
 
-@pytest.mark.parametrize(("answers", "hung"), [(True, False), (False, True)])
-def test_a_stall_under_load_needs_the_pinned_probe_to_fail_too(tmp_path: Path, answers: bool, hung: bool) -> None:
+@pytest.mark.parametrize(("answers", "hung", "gaps"), [(True, False, False), (False, True, False), (False, True, True)])
+def test_a_stall_under_load_needs_the_pinned_probe_to_fail_too(
+    tmp_path: Path, answers: bool, hung: bool, gaps: bool
+) -> None:
     """Engine 1 shows a request running and its counters frozen (a SIGSTOP, or an engine starved
     of CPU, or stale gauges). At half the liveness time the coordinator pins a one-token request to
-    it: when that answers, the stall is no hang; when it does not, the engine is hung at liveness."""
+    it: when that answers, the stall is no hang; when it does not, the engine is hung at liveness,
+    also when every third scrape of /metrics fails (`gaps`: a busy API server)."""
     (tmp_path / "token").write_text("t")
     now = [0.0]
     sent: list[str] = []
 
     def observe() -> Observation:
+        if gaps and int(now[0]) % 3 == 2:
+            return Observation(now[0], {}, metrics_error="timed out")
         return Observation(now[0], {"0": EngineSample(0, 0, 5), "1": EngineSample(1, 0, 7)})
 
     def probe(engine: str) -> Probe:
@@ -311,6 +316,12 @@ def test_a_stall_under_load_needs_the_pinned_probe_to_fail_too(tmp_path: Path, a
         verdicts = {v.engine: v for v in coordinator._judge()}
         time.sleep(0.1)  # the probe threads see the new time
         states.append(verdicts["1"].state)
+    if gaps:  # a failed scrape is api-down at that look; every look that answered is hung from 10 s
+        answered = {t: s for t, s in enumerate(states) if t % 3 != 2}
+        assert all(s == "serving" for t, s in answered.items() if t < 10), states
+        # the pinned request, sent at the first answered look 5 s into the stall (6 s), failed at 11 s
+        assert [s for t, s in answered.items() if t >= 12] == ["hung"] * 6, states
+        return
     assert "1" in sent
     assert states[:10] == ["serving"] * 10
     # Hung from the first look after the pinned request (sent at 5 s) failed at 10 s, and it stays so.
