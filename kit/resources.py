@@ -52,6 +52,7 @@ PROGRAMS = (
     "verify/collective.py",
     "verify/latency.py",  # sent after collective.py's source, as one program (issue 30)
     "cluster/ray_view.py",
+    "cluster/ray_barrier.py",  # the Ray head's barrier (node_ray_head.sh.j2)
     "supervise/install.py",
     "supervise/stop.py",
     "supervise/boot.py",

@@ -26,6 +26,7 @@ from kit.plan.vllm import (
     vllm_serve_argv,
 )
 from kit.render import Arg, render
+from kit.resources import program_source
 
 # Per-node network variables vLLM must not copy from the head to Ray workers (FIELD_NOTES §1 row 11).
 NON_CARRY_OVER = [
@@ -82,6 +83,7 @@ def node_script(config: KitConfig, role: Role, *, precheck: bool = False) -> str
             nodes=config.nodes,
             resource=resource,
             expected=expected,
+            barrier=program_source("cluster/ray_barrier.py"),
             **common,
         )
     return render("node_ray_worker.sh.j2", ray_args=ray_worker_args(config), gcs_port=config.ports.ray_gcs, **common)

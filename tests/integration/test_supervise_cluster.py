@@ -171,7 +171,9 @@ def recover(c: dict[str, Any], fault_at: float, load: sup.Load) -> dict[str, Any
     try:
         detected = sup.wait_event(lambda: head(c), "detected", after=fault_at - 1, timeout=120)
     except AssertionError as exc:  # what the coordinator saw, to tell why
-        log = sup.exec_out(head(c), ["tail", "-n", "40", f"{sup.RUN_DIR}/coordinator.log"])
+        # The run directory's listing and every log's tail (a run on d0871a4's parent came back with
+        # an empty coordinator.log tail and nothing else to go on).
+        log = sup.exec_out(head(c), ["bash", "-c", 'ls -la "$1"; tail -n 40 "$1"/*.log 2>&1', "kit-test", sup.RUN_DIR])
         raise AssertionError(f"{exc}; state {sup.read_state(head(c))}; coordinator.log:\n{log}") from None
     ready = sup.wait_event(lambda: head(c), "ready", after=detected.ts, timeout=RECOVER_S)
     answered = None

@@ -50,17 +50,18 @@ fi
 case " $* " in *" --head "*) : > "${KIT_RECORD}/.head" ;; esac
 case " $* " in *" --block "*) exec /bin/sleep "${KIT_STUB_RAY_BLOCK:-0}" ;; esac
 """,
-    # `python3 - ...` is the Ray head's barrier: once the head started (as the real barrier waits
-    # for the GCS), report the cluster complete; a head that never starts fails it within 30 s
-    # (it used to report the cluster complete anyway after 5 s, which hid the head's absence).
-    # `python3 - check ...` is kit's image check of a launcher written without a record of the
-    # image (issue 24): the image passes it.
+    # `python3 -c BARRIER NODES RESOURCE EXPECTED ...` (kit/cluster/ray_barrier.py's text) is the
+    # Ray head's barrier: once the head started (as the real barrier waits for the GCS), report
+    # the cluster complete; a head that never starts fails it within 30 s (it used to report the
+    # cluster complete anyway after 5 s, which hid the head's absence). `python3 - check ...` is
+    # kit's image check of a launcher written without a record of the image (issue 24): the
+    # image passes it.
     "python3": RECORD
     + """if [ "$1" = - ] && [ "${2:-}" = check ]; then exec /bin/cat >/dev/null; fi
-if [ "$1" = - ]; then
+if [ "$1" = -c ] && [[ "$2" == *"kit: the Ray head's barrier."* ]]; then
   for _ in {1..3000}; do [ -e "${KIT_RECORD}/.head" ] && break; /bin/sleep 0.01; done
   if [ ! -e "${KIT_RECORD}/.head" ]; then echo "FAKE barrier: the Ray head never started" >&2; exit 1; fi
-  echo "KIT_READY nodes=$2 $3=$4"
+  echo "KIT_READY nodes=$3 $4=$5"
 fi
 """,
     "curl": RECORD,

@@ -205,6 +205,18 @@ def test_no_python_program_in_a_string() -> None:
     assert found == []
 
 
+def test_no_python_program_in_a_template() -> None:
+    """Nor in the shell templates (the Ray head's barrier was a heredoc until it became
+    kit/cluster/ray_barrier.py): a template may carry a program only as a value."""
+    found = [
+        f"{path.name}:{n}"
+        for path in sorted((KIT / "templates").glob("*.j2"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.match(r"(import \w|from [\w.]+ import )", line) or re.search(r"python3? -( |$).*<<", line)
+    ]
+    assert found == []
+
+
 def test_every_in_container_program_is_a_file() -> None:
     from kit.resources import PROGRAMS, program_source
 
