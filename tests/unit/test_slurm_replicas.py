@@ -224,44 +224,73 @@ esac
 """,
     "srun": 'while [ "${1#-}" != "$1" ]; do shift; done\nSLURM_NODEID=0 exec "$@"\n',
     "scontrol": 'record "${0##*/}" "$@"\n[ "$1" = show ] && echo node1\nexit 0\n',
-    # squeue: the walltime left; the array's running task's comment; the array in the queue for
-    # one round of the router's loop, then gone (the loop ends).
-    "squeue": r"""record "${0##*/}" "$@"
-case "$*" in
-  *"-o %L"*) echo "1:00:00" ;;
-  *"-t RUNNING"*) echo "http://10.9.0.7:8101"; echo "(null)" ;;
-  *"-o %i"*) if [ ! -e "${KIT_RECORD}.gone" ]; then : > "${KIT_RECORD}.gone"; echo 77_1; fi ;;
-esac
-""",
-    "curl": r"""record "${0##*/}" "$@"
-case "$*" in *"-w"*) printf 'ok\n200' ;; esac
-exit 0
-""",
-    # the router's `docker run` runs (the job checks it is alive); a node's ends at once
-    # (until its `docker stop`)
-    "docker": r"""record "${0##*/}" "$@"
-case "$1 $*" in
-  "run "*"--label=kit.role=router"*) echo "$$" > "${KIT_RECORD}.router"; exec /bin/sleep 20 ;;
-  "stop "*) kill "$(cat "${KIT_RECORD}.router" 2>/dev/null)" 2>/dev/null ;;
-esac
-exit 0
-""",
-    # the jobs' waits between polls (seconds each), cut short
-    "sleep": "exec /bin/sleep 0.05\n",
     "scancel": 'record "${0##*/}" "$@"\n',
     "vllm": 'record "${0##*/}" "$@"\n',
 }
 
 
-def stub_dir(tmp_path: Path) -> Path:
+SCENARIO = f"""#!{sys.executable} -S
+# One stub for squeue, curl, docker and sleep, driven by KIT_SCENARIO: a JSON list of rounds of the
+# router job's loop, each {{"running": [task URLs], "healthy": [URLs answering /health]}}. Each
+# `squeue -o %i` (the loop's first call) starts the next round; past the last, the array is gone.
+import json, os, subprocess, sys, time
+name, args = os.path.basename(sys.argv[0]), sys.argv[1:]
+record, rounds = os.environ["KIT_RECORD"], json.loads(open(os.environ["KIT_SCENARIO"]).read())
+counter = record + ".round"
+now = int(open(counter).read()) if os.path.exists(counter) else -1
+stdin = sys.stdin.read() if name == "curl" and "@-" in args else ""
+with open(record, "a") as f:
+    f.write(json.dumps([name, *args, {{"stdin": stdin}}, now]) + "\\n")
+if name == "sleep":
+    time.sleep(0.05)
+elif name == "squeue" and "%i" in args:
+    now += 1
+    open(counter, "w").write(str(now))
+    print("77_0" if now < len(rounds) else "")
+elif name == "squeue" and "RUNNING" in args:
+    print("\\n".join(rounds[now]["running"]))
+elif name == "squeue":
+    print("1:00:00")
+elif name == "curl" and "-w" in args:
+    print("ok\\n200", end="")
+elif name == "curl":
+    url = args[-1].removesuffix("/health")
+    sys.exit(0 if ":8000" in url or url in rounds[now]["healthy"] else 7)
+elif name == "docker" and args[0] == "run" and "--label=kit.role=router" in args:
+    open(record + ".router", "w").write(str(os.getpid()))
+    os.execv("/bin/sleep", ["sleep", "20"])  # the router runs until `docker stop`
+elif name == "docker" and args[0] == "stop" and os.path.exists(record + ".router"):
+    subprocess.run(["kill", open(record + ".router").read()], check=False)
+"""
+
+
+def stub_dir(tmp_path: Path, rounds: list[dict[str, list[str]]] | None = None) -> Path:
+    """The stubs; squeue, curl, docker and sleep are SCENARIO (below), playing `rounds` (by
+    default one round: task 1's replica running and healthy, then the array gone)."""
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "record").write_text(RECORDER)
     for name, body in STUBS.items():
         (bindir / name).write_text("#!/bin/bash\n" + body)
+    (bindir / "scenario").write_text(SCENARIO)
+    for name in ("squeue", "curl", "docker", "sleep"):
+        (bindir / name).symlink_to(bindir / "scenario")
     for path in bindir.iterdir():
         path.chmod(0o755)
+    task = "http://10.9.0.7:8101"
+    default = [{"running": [task, "(null)"], "healthy": [task, "http://10.9.0.1:8101"]}]
+    (tmp_path / "rounds.json").write_text(json.dumps(default if rounds is None else rounds))
     return bindir
+
+
+def stub_env(tmp_path: Path, bindir: Path, **extra: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "PATH": f"{bindir}:{os.environ['PATH']}",
+        "KIT_RECORD": str(tmp_path / "record.jsonl"),
+        "KIT_SCENARIO": str(tmp_path / "rounds.json"),
+        **extra,
+    }
 
 
 def calls(tmp_path: Path) -> list[list[object]]:
@@ -288,15 +317,9 @@ def test_both_launchers_run_and_hostile_values_stay_one_argument(hostile: str, t
         checked, model=model, hf_cache=str(tmp_path / f"hf {hostile[:6]}"), hf_token_file=str(token)
     )
     bindir = stub_dir(tmp_path)
-    env = {
-        **os.environ,
-        "PATH": f"{bindir}:{os.environ['PATH']}",
-        "KIT_RECORD": str(tmp_path / "record.jsonl"),
-        "SLURM_JOB_NUM_NODES": "1",
-        "SLURM_JOB_NODELIST": "node1",
-        "SLURM_SUBMIT_HOST": "login1",
-        "USER": "alice",
-    }
+    env = stub_env(
+        tmp_path, bindir, SLURM_JOB_NUM_NODES="1", SLURM_JOB_NODELIST="node1", SLURM_SUBMIT_HOST="login1", USER="alice"
+    )
     # replica 1: array task 1 of job 77 (its own job id 79)
     launcher = tmp_path / "replicas.sbatch"
     launcher.write_text(plan_replicas_launcher(cfg))
@@ -334,11 +357,11 @@ def test_both_launchers_run_and_hostile_values_stay_one_argument(hostile: str, t
     recorded = calls(tmp_path)
     [run] = [c for c in recorded if c[:2] == ["docker", "run"]]
     assert "--name=kit-llama-router-78" in run and "--label=kit.slurm-job=78" in run
-    assert run[-3:-1] == ["--api-key-validation-url", "http://10.9.0.7:8101/v1/models"]
+    assert run[-4:-2] == ["--api-key-validation-url", "http://10.9.0.7:8101/v1/models"]  # then stdin, round
     [add] = [c for c in recorded if c[0] == "curl" and any("/add_worker" in str(a) for a in c)]
     assert "http://10.9.0.1:8000/add_worker?url=http%3A%2F%2F10.9.0.7%3A8101" in add
-    assert add[-1] == {"stdin": f"Authorization: Bearer {secret}\n"}  # the key on stdin only
-    assert all(secret not in json.dumps(c[:-1]) for c in recorded)
+    assert add[-2] == {"stdin": f"Authorization: Bearer {secret}\n"}  # the key on stdin only
+    assert all(secret not in json.dumps([a for a in c if not isinstance(a, dict)]) for c in recorded)
     assert ["scontrol", "update", "JobId=78", "Comment=kit-replicas-job=77", {"stdin": ""}] in recorded
     assert "the replicas' job 77 has left the queue; stopping the router" in out
     assert any(c[:2] == ["docker", "stop"] for c in recorded)
@@ -348,13 +371,13 @@ def test_the_router_job_refuses_a_missing_or_odd_array_job_id(tmp_path: Path) ->
     bindir = stub_dir(tmp_path)
     router = tmp_path / "router.sbatch"
     router.write_text(plan_router_launcher(router_config()))
-    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "KIT_RECORD": str(tmp_path / "r.jsonl")}
+    env = stub_env(tmp_path, bindir)
     for args in ([], ["12; rm -rf /"]):
         done = subprocess.run(
             ["bash", str(router), *args], env={**env, "SLURM_JOB_ID": "5"}, capture_output=True, text=True
         )
         assert done.returncode == 1 and "give this job the replicas' array job id" in done.stderr
-        assert not (tmp_path / "r.jsonl").exists()  # nothing ran
+        assert not (tmp_path / "record.jsonl").exists()  # nothing ran
 
 
 # ---- kit status/down --slurm of the router's job reach the replicas' array ---------------------
@@ -407,65 +430,23 @@ def test_status_and_down_of_the_router_job_reach_its_replicas(tmp_path: Path, mo
 
 # ---- the router job's loop, round by round (a scripted SLURM and replicas) ---------------------
 
-SCENARIO = f"""#!{sys.executable} -S
-# One stub for squeue, curl, docker and sleep, driven by KIT_SCENARIO: a JSON list of rounds of the
-# router job's loop, each {{"running": [task URLs], "healthy": [URLs answering /health]}}. Each
-# `squeue -o %i` (the loop's first call) starts the next round; past the last, the array is gone.
-import json, os, subprocess, sys, time
-name, args = os.path.basename(sys.argv[0]), sys.argv[1:]
-record, rounds = os.environ["KIT_RECORD"], json.loads(open(os.environ["KIT_SCENARIO"]).read())
-counter = record + ".round"
-now = int(open(counter).read()) if os.path.exists(counter) else -1
-stdin = sys.stdin.read() if name == "curl" and "@-" in args else ""
-with open(record, "a") as f:
-    f.write(json.dumps([name, *args, {{"stdin": stdin}}, now]) + "\\n")
-if name == "sleep":
-    time.sleep(0.05)
-elif name == "squeue" and "%i" in args:
-    now += 1
-    open(counter, "w").write(str(now))
-    print("77_0" if now < len(rounds) else "")
-elif name == "squeue" and "RUNNING" in args:
-    print("\\n".join(rounds[now]["running"]))
-elif name == "squeue":
-    print("1:00:00")
-elif name == "curl" and "-w" in args:
-    print("ok\\n200", end="")
-elif name == "curl":
-    url = args[-1].removesuffix("/health")
-    sys.exit(0 if ":8000" in url or url in rounds[now]["healthy"] else 7)
-elif name == "docker" and args[0] == "run" and "--label=kit.role=router" in args:
-    open(record + ".router", "w").write(str(os.getpid()))
-    os.execv("/bin/sleep", ["sleep", "20"])  # the router runs until `docker stop`
-elif name == "docker" and args[0] == "stop" and os.path.exists(record + ".router"):
-    subprocess.run(["kill", open(record + ".router").read()], check=False)
-"""
-
 
 def run_router_rounds(tmp_path: Path, rounds: list[dict[str, list[str]]]) -> tuple[str, list[list[object]]]:
     key = tmp_path / "key"
     key.write_text(fake_secret("sk-", "rounds-key"))
     cfg = router_config(nodes=1, gpus=2, tp=1, dp=2, accelerator="cpu", api_key_file=str(key))
-    bindir = stub_dir(tmp_path)
-    (bindir / "scenario").write_text(SCENARIO)
-    for name in ("squeue", "curl", "docker", "sleep"):
-        (bindir / name).unlink(missing_ok=True)
-        (bindir / name).symlink_to(bindir / "scenario")
-    (bindir / "scenario").chmod(0o755)
-    (tmp_path / "rounds.json").write_text(json.dumps(rounds))
+    bindir = stub_dir(tmp_path, rounds)
     router = tmp_path / "router.sbatch"
     router.write_text(plan_router_launcher(cfg))
-    env = {
-        **os.environ,
-        "PATH": f"{bindir}:{os.environ['PATH']}",
-        "KIT_RECORD": str(tmp_path / "record.jsonl"),
-        "KIT_SCENARIO": str(tmp_path / "rounds.json"),
-        "SLURM_JOB_ID": "78",
-        "SLURM_JOB_NUM_NODES": "1",
-        "SLURM_JOB_NODELIST": "node1",
-        "SLURM_SUBMIT_HOST": "login1",
-        "USER": "alice",
-    }
+    env = stub_env(
+        tmp_path,
+        bindir,
+        SLURM_JOB_ID="78",
+        SLURM_JOB_NUM_NODES="1",
+        SLURM_JOB_NODELIST="node1",
+        SLURM_SUBMIT_HOST="login1",
+        USER="alice",
+    )
     done = subprocess.run(
         ["bash", str(router), "77"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
     )
