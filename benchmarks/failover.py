@@ -16,10 +16,14 @@ runner with --keep-going (every failure counted and timed), `--rate` requests a 
             requests sent, answered (whole answers), availability = answered / sent; goal with two
             replicas: availability >= 0.9.
   overhead  TTFT at concurrency 1 through the router (round robin over both replicas) vs straight
-            at each replica in turn, the same share each (rounds alternate): p50 added by the
-            router; goal <= 2 ms.
+            at the replicas in the same order (rounds alternate), a pause between requests
+            (--overhead-pause, 1.2 s): p50 added by the router; goal <= 2 ms. Without the pause
+            this cluster measures its engines, not the router: both replicas share 2 cores, and
+            vLLM's idle worker busy-waits for 1 s after every step, so the replica asked next
+            answered ~1 s late with or without a router (benchmarks/_overhead.py has the figures).
 
-    python benchmarks/failover.py [--rate 2] [--overhead-requests 40] [--rounds 3] [--no-api-key]
+    python benchmarks/failover.py [--rate 2] [--overhead-requests 20] [--rounds 2] [--overhead-pause 1.2]
+        [--no-api-key]
         [--only all|overhead] [--json]
 """
 
@@ -105,8 +109,9 @@ def wait_routed(router: str, key: str | None, count: int, timeout: float = 300) 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rate", type=float, default=2.0)
-    parser.add_argument("--overhead-requests", type=int, default=40)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--overhead-requests", type=int, default=20)
+    parser.add_argument("--overhead-pause", type=float, default=1.2, help="seconds between requests")
+    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--subnet-octet", type=int, default=231)
     parser.add_argument(
         "--no-api-key", action="store_true", help="serve without api_key_file (the router then checks no key)"
@@ -139,7 +144,7 @@ def main() -> int:
         replicas = [f"http://{ip}:8100" for ip in (head_ip, worker_ip)]  # ports.replica, one per node
         out["overhead"] = {
             "api_key": key is not None,
-            **router_vs_direct(url, replicas, args.overhead_requests, args.rounds, key),
+            **router_vs_direct(url, replicas, args.overhead_requests, args.rounds, key, pause_s=args.overhead_pause),
         }
         if args.only == "overhead":
             return report(out, args.json)

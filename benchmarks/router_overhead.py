@@ -1,12 +1,14 @@
 """What vLLM's router adds to TTFT by itself (issue 29; goal <= 2 ms p50), away from engines.
 
-benchmarks/failover.py measures the router inside the 2-node CPU simulation, where the router's
-process shares 2 cores with two busy engines; there the added TTFT varied run to run (+26 to +142
-ms p50 on 2026-11-28). This isolates the router: kit's router image (`kit build router`) on host
-networking in front of one upstream that streams like vLLM's API server (FastAPI + uvicorn with
-uvloop, from the engine image: the same server stack, no engine), which sends an empty role chunk
-at once, then a token every --token-ms. kit's bench runner asks, at concurrency 1, the router and
-the upstream directly, rounds alternating; TTFT is kit's (the first streamed chunk).
+benchmarks/failover.py measures the router inside the 2-node CPU simulation, where both replicas'
+engines share 2 cores; there the router seemed to add +22 to +504 ms p50 until the cause was found
+(2026-11-28): the replicas, not the router (vLLM's idle worker busy-waits 1 s after each step, and
+round robin asks the other replica meanwhile; benchmarks/_overhead.py). This isolates the router:
+kit's router image (`kit build router`) on host networking in front of one upstream that streams
+like vLLM's API server (FastAPI + uvicorn with uvloop, from the engine image: the same server
+stack, no engine), which sends an empty role chunk at once, then a token every --token-ms. kit's
+bench runner asks, at concurrency 1, the router and the upstream directly, rounds alternating;
+TTFT is kit's (the first streamed chunk).
 
     python benchmarks/router_overhead.py [--requests 40] [--rounds 3] [--token-ms 20] [--json]
 """
