@@ -202,7 +202,7 @@ def node_argv(config: KitConfig, spec: ContainerSpec) -> list[str]:
     """The node's container as one foreground command that srun tracks for the life of the job:
     `docker run --rm` (not --detach) or `apptainer exec` (not an instance daemon)."""
     if config.runtime == "apptainer":
-        return to_apptainer_start_argv(spec, config.image, foreground=True)
+        return to_apptainer_start_argv(spec, spec.image, foreground=True)
     return to_docker_argv(spec, foreground=True)
 
 
@@ -280,13 +280,22 @@ def check_slurm_config(config: KitConfig, sources: Mapping[str, str]) -> None:
 
 def check_slurm_router(config: KitConfig, sources: Mapping[str, str]) -> None:
     """What the replicas' launchers cannot do yet, refused in one line each."""
-    if config.runtime != "docker":
+    if config.runtime not in ("docker", "apptainer"):
         raise ConfigError(
-            "replicas behind a router (model.dp_lb: router) under SLURM run with runtime docker only, "
+            "replicas behind a router (model.dp_lb: router) under SLURM run with runtime docker or apptainer, "
             f"not {config.runtime}",
             key="runtime",
             source=sources.get("runtime"),
-            hint="set runtime: docker, or model.dp_lb: internal or hybrid (one DP group in one job)",
+            hint="set runtime: docker or apptainer, or model.dp_lb: internal or hybrid (one DP group in one job)",
+        )
+    router = config.router.image
+    if config.runtime == "apptainer" and not (router.startswith("/") or router.endswith(".sif") or "://" in router):
+        raise ConfigError(
+            f"with runtime apptainer the router runs from a SIF file (or a URI Apptainer takes), not {router!r}",
+            key="router.image",
+            source=sources.get("router.image"),
+            hint="where Docker and Apptainer run: `kit build router`, then `kit build router --runtime apptainer` "
+            "(it prints the SIF it writes); set router.image to that path",
         )
     taken = {v: k for k, v in vars(config.ports).items() if k not in ("ray_min_worker", "ray_max_worker")}
     # SLURM may put every task on one node: each replica has its own port from each base (its

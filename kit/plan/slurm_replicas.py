@@ -46,6 +46,7 @@ from kit.plan.slurm import (
     SbatchResources,
     launcher_context,
     node_argv,
+    node_exports,
     sbatch_line,
     sbatch_resources,
     slurm_spec,
@@ -150,12 +151,14 @@ def array_tasks(config: KitConfig) -> list[dict[str, object]]:
             "port": rc.ports.replica,
             "scripts": scripts,
             "head_cmd": argv_text(node_argv(rc, head)),
+            "head_exports": node_exports(rc, head),
             "head_name": shell_quote(runtime_word(head.name)),
             "worker_cmd": None,
         }
         if "KIT_WORKER_SCRIPT" in scripts:
             worker = array_spec(rc, worker_role, job_var("KIT_WORKER_SCRIPT"), replica.index, worker_args)
             task["worker_cmd"] = argv_text(node_argv(rc, worker))
+            task["worker_exports"] = node_exports(rc, worker)
             task["worker_name"] = shell_quote(runtime_word(worker.name))
         tasks.append(task)
     return tasks
@@ -180,6 +183,7 @@ def plan_replicas_launcher(config: KitConfig) -> str:
         api_port="${KIT_REPLICA_PORT}",
         server_ready_mark=REPLICA_READY_MARK,
         server_timeout_mark=REPLICA_TIMEOUT_MARK,
+        apptainer=config.runtime == "apptainer",
         job_tmp=True,
         node_function="kit_node_step",
         # This task alone: JOBID of an array's task that carries the array's own id would name
@@ -228,6 +232,9 @@ def plan_router_launcher(config: KitConfig) -> str:
         router_cmd=argv_text(node_argv(config, spec)),
         router_name=shell_quote(runtime_word(spec.name)),
         router_image=config.router.image,
+        router_image_file="://" not in config.router.image,
+        router_exports=node_exports(config, spec),
+        apptainer=config.runtime == "apptainer",
         api_key_file=config.api_key_file,
         replica_port=config.ports.replica,
         replicas=config.dp,

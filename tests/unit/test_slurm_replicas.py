@@ -170,7 +170,12 @@ def test_kit_slurm_writes_both_files_and_submits_the_array_then_the_router(tmp_p
 @pytest.mark.parametrize(
     ("overrides", "key", "words"),
     [
-        ({"runtime": "apptainer", "image": "/i/vllm.sif"}, "runtime", "runtime docker only"),
+        ({"runtime": "pyxis", "image": "/i/vllm.sqsh"}, "runtime", "runtime docker or apptainer"),
+        (
+            {"runtime": "apptainer", "image": "/i/vllm.sif"},
+            "router.image",
+            "kit build router --runtime apptainer",
+        ),
         ({"supervise.enabled": True, "ports.supervisor": 8999}, "ports.supervisor", "ports.supervisor 8999-9000"),
         ({"ports.replica": 8999}, "ports.replica", "ports.replica 8999-9000"),
     ],
@@ -230,7 +235,7 @@ esac
 
 
 SCENARIO = f"""#!{sys.executable} -S
-# One stub for squeue, curl, docker and sleep, driven by KIT_SCENARIO: a JSON list of rounds of the
+# One stub for squeue, curl, docker, apptainer and sleep, driven by KIT_SCENARIO: a JSON list of rounds of the
 # router job's loop, each {{"running": [task URLs], "healthy": [URLs answering /health]}}. Each
 # `squeue -o %i` (the loop's first call) starts the next round; past the last, the array is gone.
 import json, os, subprocess, sys, time
@@ -239,8 +244,11 @@ record, rounds = os.environ["KIT_RECORD"], json.loads(open(os.environ["KIT_SCENA
 counter = record + ".round"
 now = int(open(counter).read()) if os.path.exists(counter) else -1
 stdin = sys.stdin.read() if name == "curl" and "@-" in args else ""
+given = {{"stdin": stdin}}
+if name == "apptainer":  # the container's environment (APPTAINERENV_NAME), never an argument
+    given["env"] = {{k: v for k, v in os.environ.items() if k.startswith("APPTAINERENV_")}}
 with open(record, "a") as f:
-    f.write(json.dumps([name, *args, {{"stdin": stdin}}, now]) + "\\n")
+    f.write(json.dumps([name, *args, given, now]) + "\\n")
 if name == "sleep":
     time.sleep(0.05)
 elif name == "squeue" and "%i" in args:
@@ -256,6 +264,8 @@ elif name == "curl" and "-w" in args:
 elif name == "curl":
     url = args[-1].removesuffix("/health")
     sys.exit(0 if ":8000" in url or url in rounds[now]["healthy"] else 7)
+elif name == "apptainer" and any("/opt/kit/kit_router.py" in a for a in args):
+    os.execv("/bin/sleep", ["sleep", "20"])  # the router runs until the job's kill -TERM
 elif name == "docker" and args[0] == "run" and "--label=kit.role=router" in args:
     open(record + ".router", "w").write(str(os.getpid()))
     os.execv("/bin/sleep", ["sleep", "20"])  # the router runs until `docker stop`
@@ -273,7 +283,7 @@ def stub_dir(tmp_path: Path, rounds: list[dict[str, list[str]]] | None = None) -
     for name, body in STUBS.items():
         (bindir / name).write_text("#!/bin/bash\n" + body)
     (bindir / "scenario").write_text(SCENARIO)
-    for name in ("squeue", "curl", "docker", "sleep"):
+    for name in ("squeue", "curl", "docker", "apptainer", "sleep"):
         (bindir / name).symlink_to(bindir / "scenario")
     for path in bindir.iterdir():
         path.chmod(0o755)
@@ -365,6 +375,57 @@ def test_both_launchers_run_and_hostile_values_stay_one_argument(hostile: str, t
     assert ["scontrol", "update", "JobId=78", "Comment=kit-replicas-job=77", {"stdin": ""}] in recorded
     assert "the replicas' job 77 has left the queue; stopping the router" in out
     assert any(c[:2] == ["docker", "stop"] for c in recorded)
+
+
+def test_apptainer_replicas_and_their_router_run_from_sif_files(tmp_path: Path) -> None:
+    """runtime apptainer (a fake: Apptainer cannot be installed here): each task's node is an
+    `apptainer exec` of the engine's SIF with its environment in APPTAINERENV_ variables, the
+    router an `apptainer exec` of the router's SIF, stopped by a signal (no Docker anywhere)."""
+    key = tmp_path / "key"
+    secret = fake_secret("sk-", "apptainer-key")
+    key.write_text(secret)
+    images = {"image": str(tmp_path / "vllm.sif"), "router.image": str(tmp_path / "router.sif")}
+    for path in images.values():
+        Path(path).write_bytes(b"")
+    token = tmp_path / "token"
+    token.write_text(fake_secret("hf_", "apptainer-token"))
+    files = {"api_key_file": str(key), "hf_token_file": str(token), "hf_cache": str(tmp_path / "hf")}
+    cfg = router_config(nodes=1, gpus=2, tp=1, dp=2, accelerator="cpu", runtime="apptainer", **files, **images)
+    check_slurm_config(cfg, {})
+    bindir = stub_dir(tmp_path)
+    env = stub_env(
+        tmp_path, bindir, SLURM_JOB_NUM_NODES="1", SLURM_JOB_NODELIST="node1", SLURM_SUBMIT_HOST="login1", USER="al"
+    )
+    launcher = tmp_path / "replicas.sbatch"
+    launcher.write_text(plan_replicas_launcher(cfg))
+    shellcheck_text(launcher.read_text())
+    task = {**env, "SLURM_JOB_ID": "79", "SLURM_ARRAY_JOB_ID": "77", "SLURM_ARRAY_TASK_ID": "1"}
+    done = subprocess.run(["bash", str(launcher)], env=task, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "KIT_REPLICA_READY url=http://10.9.0.1:8101" in done.stdout
+    [run] = [c for c in calls(tmp_path) if c[:2] == ["apptainer", "exec"]]
+    assert images["image"] in run and f"--bind={key}:/run/kit/secrets/api_key:ro" in run
+    assert not any(str(a).startswith("--env") for a in run) and not any(c[0] == "docker" for c in calls(tmp_path))
+    given = run[-2]
+    assert isinstance(given, dict) and given["env"]["APPTAINERENV_KIT_CLUSTER"] == cfg.cluster
+    assert given["env"]["APPTAINERENV_VLLM_HOST_IP"] == "10.9.0.1"
+    (tmp_path / "record.jsonl").unlink()
+    router = tmp_path / "router.sbatch"
+    router.write_text(plan_router_launcher(cfg))
+    shellcheck_text(router.read_text())
+    done = subprocess.run(
+        ["bash", str(router), "77"], env={**env, "SLURM_JOB_ID": "78"}, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "kit: replica http://10.9.0.7:8101: routed" in out and "stopping the router" in out, out
+    recorded = calls(tmp_path)
+    [run] = [c for c in recorded if c[:2] == ["apptainer", "exec"]]
+    assert run[2] == images["router.image"] and "/opt/kit/kit_router.py" in run[5]
+    assert run[-4:-2] == ["--api-key-validation-url", "http://10.9.0.7:8101/v1/models"]
+    assert run[-2]["env"] == {"APPTAINERENV_KIT_CLUSTER": cfg.cluster}  # type: ignore[index]
+    assert not any(c[0] == "docker" for c in recorded)
+    assert secret not in router.read_text() and secret not in json.dumps([c[:-2] for c in recorded])
 
 
 def test_the_router_job_refuses_a_missing_or_odd_array_job_id(tmp_path: Path) -> None:
