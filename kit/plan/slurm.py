@@ -382,7 +382,7 @@ def launcher_context(config: KitConfig, scripts: Mapping[str, str]) -> dict[str,
         "prologue": config.slurm.prologue,
         "runtime_bin": {"docker": "docker", "apptainer": "apptainer"}.get(config.runtime),
         "docker_image": image if config.runtime == "docker" else None,
-        "image_file": image if _is_image_file(config) else None,
+        "image_file": image if is_image_file(config, image) else None,
         "model_dir": local_model_dir(config),
         "allocated_gpus": docker_takes_allocated_gpus(config),
         "gpus": config.accelerator == "gpu",
@@ -396,9 +396,9 @@ def launcher_context(config: KitConfig, scripts: Mapping[str, str]) -> dict[str,
     }
 
 
-def _is_image_file(config: KitConfig) -> bool:
-    """An image that is a file every node must be able to read (a SIF, a squashfs)."""
-    image = config.image
+def is_image_file(config: KitConfig, image: str) -> bool:
+    """An image (the engine's, or the router's) that is a file every node must be able to read
+    (a SIF, a squashfs)."""
     if config.runtime == "apptainer":
         return "://" not in image
     return config.runtime in ("pyxis", "edf") and image.startswith("/")
