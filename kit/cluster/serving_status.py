@@ -15,8 +15,8 @@ from kit.cluster import supervision as host
 from kit.cluster.status import Budget
 from kit.config import KitConfig
 from kit.errors import KitError
-from kit.plan.replicas import router_mode
-from kit.plan.supervise import expected_engines
+from kit.plan.replicas import plan_replicas, router_mode
+from kit.plan.supervise import RUN_DIR, expected_engines, run_files
 from kit.runtime.base import NodeHandle, Runtime
 from kit.supervise import events
 
@@ -60,13 +60,15 @@ def server_status(config: KitConfig, url: str, deadline_s: float = 10) -> dict[s
     }
 
 
-def supervision_status(runtime: Runtime, head: NodeHandle, timeout: float = 15) -> dict[str, Any] | None:
+def supervision_status(
+    runtime: Runtime, head: NodeHandle, timeout: float = 15, *, run_dir: str = RUN_DIR
+) -> dict[str, Any] | None:
     """The coordinator's state and a summary of its events, or None when this cluster was never
-    supervised from this head."""
-    state = host.read_state(runtime, head, timeout=timeout / 2)
+    supervised from this head (router replicas: from this replica's run directory on its first node)."""
+    state = host.read_state(runtime, head, timeout=timeout / 2, run_dir=run_dir)
     if state is None:
         return None
-    summary = events.summary(host.read_events(runtime, head, timeout=timeout / 2))
+    summary = events.summary(host.read_events(runtime, head, timeout=timeout / 2, run_dir=run_dir))
     return {
         "active": state["alive"],
         "phase": state.get("phase"),
@@ -150,9 +152,18 @@ def replicas_status(
 
     view = router_view(config, runtime, nodes)
     one = config.replace(planned=dataclasses.replace(config.layout, dp=1))  # each replica: one engine
-    for row in view["replicas"]:
+    first_nodes = {n.rank: n for n in nodes if n.state == "running"}
+    for row, replica in zip(view["replicas"], plan_replicas(config), strict=True):
         if row["url"]:
             row["server"] = server_status(one, row["url"], deadline_s)
+        node = first_nodes.get(replica.head)  # its coordinator, when it is supervised
+        supervise = (
+            None
+            if node is None
+            else supervision_status(runtime, node, deadline_s, run_dir=run_files(replica.slot).run_dir)
+        )
+        if supervise is not None:
+            row["supervise"] = supervise
     serving = [r for r in view["replicas"] if r["routed"] and r["healthy"] and r.get("server", {}).get("serving")]
     reason = None
     if not view["answers"]:

@@ -389,13 +389,7 @@ def render_status(result: dict[str, Any]) -> list[str]:
             out.append(f"server: NOT SERVING at {server['url'] or 'the head'}: {server['reason']}")
     sup = result.get("supervise")
     if sup is not None:
-        line = (
-            f"supervisor: {'active' if sup['active'] else 'not running'}, {sup['phase']}, "
-            f"generation {sup['generation']}, {sup['restarts']} restart(s)"
-        )
-        if sup.get("last_failure"):
-            line += f"; last failure {sup.get('last_failure_time') or ''}: {sup['last_failure']}"
-        out.append(line)
+        out.append(supervisor_line(sup))
     if result.get("ray_missing"):
         out.append("Ray: missing " + ", ".join(result["ray_missing"]))
     if result.get("containers") and result.get("api_key_file"):
@@ -405,6 +399,17 @@ def render_status(result: dict[str, Any]) -> list[str]:
     for line in result.get("unreached") or []:
         out.append(f"not reached: {line}")
     return out
+
+
+def supervisor_line(sup: dict[str, Any]) -> str:
+    """A coordinator's state in one line (the whole group's, or one router replica's)."""
+    line = (
+        f"supervisor: {'active' if sup['active'] else 'not running'}, {sup['phase']}, "
+        f"generation {sup['generation']}, {sup['restarts']} restart(s)"
+    )
+    if sup.get("last_failure"):
+        line += f"; last failure {sup.get('last_failure_time') or ''}: {sup['last_failure']}"
+    return line
 
 
 def render_router(router: dict[str, Any]) -> list[str]:
@@ -418,6 +423,8 @@ def render_router(router: dict[str, Any]) -> list[str]:
         health = {True: "healthy", False: "UNHEALTHY", None: "-"}[row["healthy"]]
         serving = "serving" if server.get("serving") else (server.get("reason") or "-") if server else "-"
         out.append(f"  replica {row['replica']} (nodes {row['nodes']}): {where}: {routed}, {health}, {serving}")
+        if row.get("supervise"):
+            out.append(f"    {supervisor_line(row['supervise'])}")
     for other in router["others"]:
         out.append(f"  routed from another host: {other}")
     if router.get("recovery"):

@@ -17,13 +17,12 @@ from typing import Any
 
 from kit.config import KitConfig
 from kit.errors import StartError
-from kit.plan.supervise import RUN_DIR, SERVE_SCRIPT, supervise_json
+from kit.plan.supervise import RUN_DIR, RunFiles, run_files, slot_of, supervise_json
 from kit.resources import program_source
 from kit.runtime.base import NodeHandle, Runtime
 from kit.supervise import bundle, events
 from kit.supervise.main import BUNDLE_NAME
 
-BUNDLE_PATH = f"{RUN_DIR}/{BUNDLE_NAME}"
 ALIVE_AFTER_S = 15  # a coordinator rewrites state.json every second: older than this, it is gone
 
 
@@ -36,15 +35,24 @@ class Run:
     url: str
 
 
-def install(runtime: Runtime, node: NodeHandle, *, serve_script: str, settings: str, token: str) -> None:
+def install(
+    runtime: Runtime,
+    node: NodeHandle,
+    *,
+    serve_script: str,
+    settings: str,
+    token: str,
+    where: RunFiles | None = None,
+) -> None:
+    where = where or run_files()
     files = {
-        BUNDLE_PATH: {"b64": bundle.encoded(), "mode": 0o644},
-        f"{RUN_DIR}/supervise.json": {"text": settings, "mode": 0o644},
-        SERVE_SCRIPT: {"text": serve_script, "mode": 0o644},
+        f"{where.run_dir}/{BUNDLE_NAME}": {"b64": bundle.encoded(), "mode": 0o644},
+        f"{where.run_dir}/supervise.json": {"text": settings, "mode": 0o644},
+        where.serve_script: {"text": serve_script, "mode": 0o644},
     }
     result = runtime.exec(
         node,
-        ["python3", "-c", program_source("supervise/install.py"), RUN_DIR, json.dumps(files)],
+        ["python3", "-c", program_source("supervise/install.py"), where.run_dir, json.dumps(files)],
         env={"KIT_SUPERVISE_TOKEN": token},
         timeout=60,
     )
@@ -56,11 +64,11 @@ def install(runtime: Runtime, node: NodeHandle, *, serve_script: str, settings: 
         )
 
 
-def launch(runtime: Runtime, node: NodeHandle) -> dict[str, int]:
+def launch(runtime: Runtime, node: NodeHandle, run_dir: str = RUN_DIR) -> dict[str, int]:
     """Start this node's part (coordinator on the head, agent) in the background, and mark the
-    run to resume when the container restarts."""
-    script = f"touch {RUN_DIR}/resume && exec python3 {BUNDLE_PATH} launch {RUN_DIR}"
-    result = runtime.exec(node, ["bash", "-c", script], timeout=60)
+    run to resume when the container restarts. The run directory arrives as $1."""
+    script = f'touch "$1/resume" && exec python3 "$1/{BUNDLE_NAME}" launch "$1"'
+    result = runtime.exec(node, ["bash", "-c", script, "kit-supervise", run_dir], timeout=60)
     for line in result.stdout.splitlines():
         if line.startswith("KIT_SUPERVISE_LAUNCHED "):
             started: dict[str, int] = json.loads(line.split(" ", 1)[1])
@@ -71,11 +79,13 @@ def launch(runtime: Runtime, node: NodeHandle) -> dict[str, int]:
     )
 
 
-def read_state(runtime: Runtime, head: NodeHandle, *, timeout: float = 15) -> dict[str, Any] | None:
+def read_state(
+    runtime: Runtime, head: NodeHandle, *, timeout: float = 15, run_dir: str = RUN_DIR
+) -> dict[str, Any] | None:
     """The coordinator's state.json, with `alive` (it was rewritten in the last few seconds)."""
     if head.state != "running":
         return None
-    result = runtime.exec(head, ["cat", f"{RUN_DIR}/state.json"], timeout=timeout)
+    result = runtime.exec(head, ["cat", f"{run_dir}/state.json"], timeout=timeout)
     if result.returncode != 0:
         return None
     try:
@@ -88,45 +98,65 @@ def read_state(runtime: Runtime, head: NodeHandle, *, timeout: float = 15) -> di
     return doc
 
 
-def read_events(runtime: Runtime, head: NodeHandle, *, start: int = 0, timeout: float = 15) -> list[events.Event]:
+def read_events(
+    runtime: Runtime, head: NodeHandle, *, start: int = 0, timeout: float = 15, run_dir: str = RUN_DIR
+) -> list[events.Event]:
     """Events from line `start` (0-based) of the head's events.jsonl."""
     if head.state != "running":
         return []
-    result = runtime.exec(head, ["tail", "-n", f"+{start + 1}", f"{RUN_DIR}/events.jsonl"], timeout=timeout)
+    result = runtime.exec(head, ["tail", "-n", f"+{start + 1}", f"{run_dir}/events.jsonl"], timeout=timeout)
     return events.parse_lines(result.stdout.splitlines()) if result.returncode == 0 else []
 
 
-def is_active(runtime: Runtime, head: NodeHandle) -> bool:
-    state = read_state(runtime, head)
+def is_active(runtime: Runtime, head: NodeHandle, run_dir: str = RUN_DIR) -> bool:
+    state = read_state(runtime, head, run_dir=run_dir)
     return bool(state and state["alive"])
 
 
-def stop(runtime: Runtime, nodes: Sequence[NodeHandle], reason: str) -> dict[str, Any]:
-    """Stop supervision and every serve group it ran on these nodes: the coordinator is asked
-    first (it orders every agent, on any host, to stop and exit), then whatever is left in each
-    local container is ended directly."""
-    from kit.plan.supervise import PID_FILE
+def run_dirs(runtime: Runtime, node: NodeHandle) -> list[str]:
+    """The supervision run directories in a node container, in slot order: kit's one per node, and
+    one per replica slot where router replicas share the node (kit.plan.supervise.run_files).
+    Found in the container, not taken from a config: what runs there is what is stopped."""
+    parent, name = RUN_DIR.rsplit("/", 1)
+    result = runtime.exec(node, ["find", parent, "-maxdepth", "1", "-type", "d", "-name", f"{name}*"], timeout=15)
+    found: dict[int, str] = {}
+    for line in result.stdout.splitlines():
+        try:
+            found[slot_of(line.strip())] = line.strip()
+        except ValueError:
+            continue  # not a name kit gives
+    return [found[slot] for slot in sorted(found)] or [RUN_DIR]
 
+
+def stop(runtime: Runtime, nodes: Sequence[NodeHandle], reason: str) -> dict[str, Any]:
+    """Stop supervision and every serve group it ran on these nodes: the coordinators are asked
+    first (each orders its agents, on any host, to stop and exit), then whatever is left in each
+    local container is ended directly, group by group (run_dirs)."""
     running = [n for n in nodes if n.state == "running"]
-    # The head's coordinator; with router replicas (issue 29) every replica's first node has one.
-    heads = [n for n in running if n.role == "head" or coordinators_anywhere(n)]
-    active = [n for n in heads if is_active(runtime, n)]
-    for head in active:
-        runtime.exec(head, ["python3", BUNDLE_PATH, "ctl", RUN_DIR, "stop", reason], timeout=30)
+    dirs = {n.name: run_dirs(runtime, n) for n in running}
+    # The head's coordinator; with router replicas (issue 29) every replica's first node has one
+    # (one per replica in its slot's directory where replicas share the node).
+    heads = [(n, d) for n in running if n.role == "head" or coordinators_anywhere(n) for d in dirs[n.name]]
+    active = [(n, d) for n, d in heads if is_active(runtime, n, d)]
+    for head, run_dir in active:
+        runtime.exec(head, ["python3", f"{run_dir}/{BUNDLE_NAME}", "ctl", run_dir, "stop", reason], timeout=30)
     asked = bool(active)
     end = time.monotonic() + 40
     while active and time.monotonic() < end:
-        active = [n for n in active if is_active(runtime, n)]
+        active = [(n, d) for n, d in active if is_active(runtime, n, d)]
         if active:
             time.sleep(1)
     out: dict[str, Any] = {"asked_coordinator": asked, "nodes": {}}
     for node in sorted(running, key=lambda n: n.role == "head"):  # the head last: its coordinator first
-        result = runtime.exec(
-            node, ["python3", "-c", program_source("supervise/stop.py"), RUN_DIR, PID_FILE], timeout=90
-        )
-        for line in result.stdout.splitlines():
-            if line.startswith("KIT_SUPERVISE_STOPPED "):
-                out["nodes"][node.name] = json.loads(line.split(" ", 1)[1])
+        for run_dir in dirs[node.name]:
+            files = run_files(slot_of(run_dir))
+            result = runtime.exec(
+                node, ["python3", "-c", program_source("supervise/stop.py"), run_dir, files.pid_file], timeout=90
+            )
+            for line in result.stdout.splitlines():
+                if line.startswith("KIT_SUPERVISE_STOPPED "):
+                    key = node.name if files.slot == 0 else f"{node.name} (slot {files.slot})"
+                    out["nodes"][key] = json.loads(line.split(" ", 1)[1])
     return out
 
 
@@ -195,8 +225,8 @@ def _log_tail(runtime: Runtime, node: NodeHandle, name: str, lines: int = 20) ->
     return [ln for ln in out.splitlines() if ln.strip()]
 
 
-def events_text(runtime: Runtime, head: NodeHandle, tail: int | None) -> str:
-    found = read_events(runtime, head)
+def events_text(runtime: Runtime, head: NodeHandle, tail: int | None, *, run_dir: str = RUN_DIR) -> str:
+    found = read_events(runtime, head, run_dir=run_dir)
     if tail is not None:
         found = found[-tail:] if tail else []
     return events.render(found) + "\n" if found else ""

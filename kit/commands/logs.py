@@ -12,7 +12,7 @@ from kit.commands._params import Count, KitCommand
 from kit.commands._signals import sigterm_as_interrupt
 from kit.errors import ConfigError, NotFound
 from kit.output import out, progress
-from kit.plan.scripts import SERVE_LOG
+from kit.plan.supervise import RunFiles, run_files
 from kit.runtime.base import ContainerRuntime, NodeHandle
 
 
@@ -21,6 +21,13 @@ from kit.runtime.base import ContainerRuntime, NodeHandle
 @click.option("--rank", type=Count(0, 16384), help="Worker rank (default: the first worker).")
 @click.option("--serve", "serve_log", is_flag=True, help="Show the vLLM server's log instead of the node's.")
 @click.option("--events", "events_log", is_flag=True, help="Show the supervisor's events (kit serve --supervise).")
+@click.option(
+    "--slot",
+    type=Count(0, 999),
+    default=0,
+    show_default=True,
+    help="With --serve/--events, router replicas sharing the node: the replica in this slot of it (0: the first).",
+)
 @click.option("--tail", default="200", show_default=True, help="Lines from the end, or 'all'.")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new lines (Ctrl-C to stop).")
 @config_options
@@ -29,6 +36,7 @@ def command(
     rank: int | None,
     serve_log: bool,
     events_log: bool,
+    slot: int,
     tail: str,
     follow: bool,
     config_path: str | None,
@@ -38,16 +46,18 @@ def command(
     """Show a node's logs (the Ray/entrypoint output), or with --serve the vLLM server's log (this
     run's: each start, and each restart under supervision, begins a new one), or with --events
     the supervisor's events (detected, why, restarted, ready again, given up; they live in the
-    head). Needs only the cluster's name: no kit.yaml, whatever the model (issue 25). When there
-    is nothing to show it says so; no node of the cluster on this host is exit 1."""
+    head, or with router replicas in each replica's first node: --role worker --rank K). Router
+    replicas that share a node each have their own log and events: --slot K. Needs only the
+    cluster's name: no kit.yaml, whatever the model (issue 25). When there is nothing to show it
+    says so; no node of the cluster on this host is exit 1."""
     if tail != "all" and not (tail.isascii() and tail.isdigit() and len(tail) <= 9):
         raise ConfigError(f"{tail[:20]!r} is not a line count", key="--tail", hint="pass a number of lines, or all")
     found = Cluster.find(config_path, cluster_overrides(cluster, set_values))
     runtime = found.runtime
-    role = "head" if events_log else role  # the coordinator and its events live in the head
     nodes = [n for n in found.nodes() if n.role == role and (rank is None or n.rank == rank)]
     if not nodes:
-        where = "the supervisor's events live in the head container; " if events_log else ""
+        where = "the supervisor's events live in the head container (router replicas: in each one's first node); "
+        where = where if events_log else ""
         raise NotFound(
             f"no {role} node of cluster {found.name} on this host",
             hint=f"{where}`kit status --cluster {found.name}` lists its nodes; run kit logs on the host that runs it",
@@ -56,9 +66,9 @@ def command(
     n_tail: int | str = tail if tail == "all" else int(tail)
     with sigterm_as_interrupt():
         if events_log:
-            _events(found, runtime, node, None if tail == "all" else int(tail))
+            _events(found, runtime, node, None if tail == "all" else int(tail), run_files(slot))
         elif serve_log:
-            _serve_log(runtime, node, tail, follow=follow)
+            _serve_log(runtime, node, tail, run_files(slot), follow=follow)
         elif follow:
             for chunk in runtime.follow_logs(node.name, tail=n_tail):
                 out(chunk, nl=False, raw=True)
@@ -69,45 +79,48 @@ def command(
                 progress(f"{node.name} has printed nothing ({node.state})")
 
 
-def _events(found: Cluster, runtime: ContainerRuntime, head: NodeHandle, tail: int | None) -> None:
+def _events(found: Cluster, runtime: ContainerRuntime, head: NodeHandle, tail: int | None, files: RunFiles) -> None:
     """The coordinator's events, or one line saying why there are none."""
     from kit.cluster.supervision import events_text, read_state
 
-    text = events_text(runtime, head, tail)
+    text = events_text(runtime, head, tail, run_dir=files.run_dir)
     if text:
         out(text, nl=False)
         return
-    if read_state(runtime, head) is None:
+    if read_state(runtime, head, run_dir=files.run_dir) is None:
+        where = f"{head.name}" + (f" slot {files.slot}" if files.slot else "")
         progress(
-            f"no supervisor events: cluster {found.name} is not served under supervision in {head.name} "
+            f"no supervisor events: cluster {found.name} is not served under supervision in {where} "
             "(`kit serve --supervise` starts it; `kit logs --serve` shows the server's log)"
         )
     else:
         progress(f"no supervisor events yet in {head.name}")
 
 
-def _serve_log(runtime: ContainerRuntime, node: NodeHandle, tail: str, *, follow: bool) -> None:
-    argv = ["tail", "-n", "+1" if tail == "all" else str(tail), SERVE_LOG]
+def _serve_log(runtime: ContainerRuntime, node: NodeHandle, tail: str, files: RunFiles, *, follow: bool) -> None:
+    argv = ["tail", "-n", "+1" if tail == "all" else str(tail), files.serve_log]
     result = runtime.exec(node, argv, timeout=30)
     if result.returncode != 0:
-        progress(f"no server log in {node.name}: `kit serve` has not run there since it started")
+        where = f"{node.name}" + (f" slot {files.slot}" if files.slot else "")
+        progress(f"no server log in {where}: `kit serve` has not run there since it started")
         return
     out(result.stdout, nl=False, raw=True)
     if follow:
-        _follow_file(runtime, node, result.stdout.count("\n") if tail == "all" else None)
+        _follow_file(runtime, node, files.serve_log, result.stdout.count("\n") if tail == "all" else None)
 
 
-def _follow_file(runtime: ContainerRuntime, node: NodeHandle, seen: int | None) -> None:
+def _follow_file(runtime: ContainerRuntime, node: NodeHandle, log: str, seen: int | None) -> None:
     """Poll the server log inside the container (works the same for every runtime), from the
-    end of what was shown (a rotated log starts over)."""
+    end of what was shown (a rotated log starts over). The path arrives as $1."""
+    count = ["bash", "-c", 'wc -l < "$1"', "kit-logs", log]
     if seen is None:
-        seen = int(runtime.exec(node, ["bash", "-c", f"wc -l < {SERVE_LOG}"], timeout=30).stdout.strip() or 0)
+        seen = int(runtime.exec(node, count, timeout=30).stdout.strip() or 0)
     while True:
         time.sleep(1)
-        total = runtime.exec(node, ["bash", "-c", f"wc -l < {SERVE_LOG}"], timeout=30).stdout.strip()
+        total = runtime.exec(node, count, timeout=30).stdout.strip()
         if total.isdigit() and int(total) < seen:
             seen = 0  # a new run's log
-        text = runtime.exec(node, ["tail", "-n", f"+{seen + 1}", SERVE_LOG], timeout=30).stdout
+        text = runtime.exec(node, ["tail", "-n", f"+{seen + 1}", log], timeout=30).stdout
         if text:
             out(text, nl=False, raw=True)
             seen += text.count("\n")

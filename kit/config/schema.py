@@ -85,7 +85,10 @@ SCHEMA: dict[str, Spec] = {
     "ports.dp_rpc": Spec(
         "int", 29550, "data-parallel RPC port on the head (--data-parallel-rpc-port; vLLM's default)", low=1, high=65535
     ),
-    "ports.supervisor": _port(29570, "supervisor control endpoint on the head's node IP (supervise.enabled)"),
+    "ports.supervisor": _port(
+        29570,
+        "supervisor control endpoint on the head's node IP (supervise.enabled; router replicas: + the replica's slot)",
+    ),
     "ports.replica": _port(8100, "model.dp_lb router: the first replica's API port on a node (the next replica +1)"),
     "ports.router_metrics": _port(29000, "model.dp_lb router: the router's Prometheus port (on loopback)"),
     "api_listen": Spec(

@@ -213,7 +213,9 @@ def check_replicas(config: KitConfig, sources: Mapping[str, str]) -> None:
         )
     slots = replicas_per_node(config)
     taken = {v: k for k, v in vars(config.ports).items() if k not in ("ray_min_worker", "ray_max_worker")}
-    for base, name in ((config.ports.replica, "replica"), (config.ports.mp_master, "mp_master")):
+    # Each replica on a node has its own port from each base (its coordinator's too, supervised).
+    for name in ("replica", "mp_master", *(("supervisor",) if config.supervise.enabled else ())):
+        base = getattr(config.ports, name)
         for port in range(base + 1, base + slots):
             if port in taken or port > 65535:
                 raise ConfigError(

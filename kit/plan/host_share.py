@@ -62,8 +62,9 @@ def host_ports(config: KitConfig, role: Role) -> dict[str, Span]:
 
 def _replica_ports(config: KitConfig, role: Role) -> dict[str, Span]:
     """model.dp_lb router (issue 29): each replica whose API server is on this node holds its port
-    (ports.replica + its slot), its rendezvous when it spans nodes and, supervised, the
-    coordinator's port; the head also holds the router's (ports.api, its metrics on loopback)."""
+    (ports.replica + its slot), its rendezvous when it spans nodes and, supervised, its
+    coordinator's port (ports.supervisor + its slot); the head also holds the router's
+    (ports.api, its metrics on loopback)."""
     p = config.ports
     held: dict[str, Span] = {}
     mine = [r for r in replicas_on(config, role.rank) if r.head == role.rank]
@@ -72,7 +73,8 @@ def _replica_ports(config: KitConfig, role: Role) -> dict[str, Span]:
         if any(r.spans_nodes for r in mine):
             held["ports.mp_master"] = (p.mp_master, p.mp_master)
         if config.supervise.enabled:
-            held["ports.supervisor"] = (p.supervisor, p.supervisor)
+            slots = [r.slot for r in mine]
+            held["ports.supervisor"] = (p.supervisor + min(slots), p.supervisor + max(slots))
     if role.is_head:
         held["ports.api"] = (p.api, p.api)
         held["ports.router_metrics"] = (p.router_metrics, p.router_metrics)

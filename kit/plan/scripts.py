@@ -89,13 +89,21 @@ def node_script(config: KitConfig, role: Role, *, precheck: bool = False) -> str
     return render("node_ray_worker.sh.j2", ray_args=ray_worker_args(config), gcs_port=config.ports.ray_gcs, **common)
 
 
-def serve_script(config: KitConfig, role: Role, *, env: Mapping[str, str] | None = None, precheck: bool = False) -> str:
+def serve_script(
+    config: KitConfig,
+    role: Role,
+    *,
+    env: Mapping[str, str] | None = None,
+    precheck: bool = False,
+    slot: int | None = None,
+) -> str:
     """`vllm serve` for this role; the API key is read from its file into VLLM_API_KEY (never argv).
     `env`: variables the serve process exports (kit's own, e.g. HF_HUB_OFFLINE from
     kit.cluster.model), over what the container was started with. `precheck`: check the command
-    against the image's own parser first (a launcher kit wrote without a record of the image)."""
+    against the image's own parser first (a launcher kit wrote without a record of the image).
+    `slot` (router replicas): only the replica in that slot of the node, not all of them."""
     if router_mode(config):
-        return replicas_script(config, role, env=env, precheck=precheck)
+        return replicas_script(config, role, env=env, precheck=precheck, slot=slot)
     if config.backend == "ray" and not role.is_head:
         raise ValueError("with the Ray backend only the head runs `vllm serve`")
     headless_dp = config.dp > 1 and config.backend == "mp" and config.nodes > 1 and not role.is_head
@@ -115,12 +123,21 @@ def serve_script(config: KitConfig, role: Role, *, env: Mapping[str, str] | None
 
 
 def replicas_script(
-    config: KitConfig, role: Role, *, env: Mapping[str, str] | None = None, precheck: bool = False
+    config: KitConfig,
+    role: Role,
+    *,
+    env: Mapping[str, str] | None = None,
+    precheck: bool = False,
+    slot: int | None = None,
 ) -> str:
     """model.dp_lb router (issue 29): the node's part of every replica placed on it
-    (kit.plan.replicas): one `vllm serve` (exec'd), or several side by side on their own GPUs.
-    `precheck` (a SLURM launcher written without a record of the image): as serve_script's."""
-    parts = [replica_part(config, replica, role.rank) for replica in replicas_on(config, role.rank)]
+    (kit.plan.replicas), or of the one in slot `slot` (supervised: one group per replica): one
+    `vllm serve` (exec'd), or several side by side on their own GPUs. `precheck` (a SLURM
+    launcher written without a record of the image): as serve_script's."""
+    mine = [r for r in replicas_on(config, role.rank) if slot is None or r.slot == slot]
+    if not mine:
+        raise ValueError(f"node {role.rank} holds no replica in slot {slot}")
+    parts = [replica_part(config, replica, role.rank) for replica in mine]
     return render_replicas(config, role.rank, parts, env=env, precheck=role if precheck else None)
 
 

@@ -7,12 +7,13 @@ file serves every node and the SLURM launcher."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from kit.config import KitConfig
 from kit.images.vllm_releases import FAULT_TOLERANCE_SINCE, fmt
 from kit.plan.paths import API_KEY_PATH
-from kit.plan.replicas import Replica, replicas_on, router_mode
+from kit.plan.replicas import Replica, replicas_on, replicas_per_node, router_mode
 from kit.plan.scripts import SERVE_LOG
 from kit.plan.vllm import REPLICA_HEAD_VAR
 
@@ -20,6 +21,41 @@ RUN_DIR = "/tmp/kit/supervise"  # in every supervised node container
 SERVE_SCRIPT = "/tmp/kit/serve.sh"  # as kit.cluster.serving writes it
 PID_FILE = "/tmp/kit/serve.pid"
 GRACE_S = 10  # SIGTERM to SIGKILL of a serve group
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """Where one supervised group keeps its files in its node container: the run directory (the
+    bundle, supervise.json, token, logs, state and events) and the serve script, its log and its
+    pid file. A node has one group (slot 0: kit's usual paths); router replicas that share a node
+    (issue 29) have one each, by their slot on the node."""
+
+    run_dir: str
+    serve_script: str
+    serve_log: str
+    pid_file: str
+
+    @property
+    def slot(self) -> int:
+        return slot_of(self.run_dir)
+
+
+def run_files(slot: int = 0) -> RunFiles:
+    if slot == 0:
+        return RunFiles(RUN_DIR, SERVE_SCRIPT, SERVE_LOG, PID_FILE)
+    return RunFiles(
+        f"{RUN_DIR}-{slot}", f"/tmp/kit/serve-{slot}.sh", f"/tmp/kit/serve-{slot}.log", f"/tmp/kit/serve-{slot}.pid"
+    )
+
+
+def slot_of(run_dir: str) -> int:
+    """The slot of a run directory kit names (run_files); ValueError for any other path."""
+    if run_dir == RUN_DIR:
+        return 0
+    tail = run_dir.removeprefix(f"{RUN_DIR}-")
+    if tail == run_dir or not tail.isdigit() or tail.startswith("0") or not 0 < int(tail) < 1000:
+        raise ValueError(f"not a kit supervision directory: {run_dir!r}")
+    return int(tail)
 
 
 def supervised_nodes(config: KitConfig) -> tuple[str, ...]:
@@ -67,24 +103,32 @@ def plan_supervise(config: KitConfig) -> dict[str, Any]:
     }
 
 
-def supervise_json(config: KitConfig, *, node: int | None = None, router_url: str | None = None) -> str:
-    """The settings file; with router replicas (issue 29) that of node `node`'s replica."""
-    doc = plan_supervise(config) if node is None else plan_replica_supervise(config, node, router_url)
+def supervise_json(config: KitConfig, *, node: int | None = None, router_url: str | None = None, slot: int = 0) -> str:
+    """The settings file; with router replicas (issue 29) that of the replica in slot `slot` of
+    node `node`."""
+    doc = plan_supervise(config) if node is None else plan_replica_supervise(config, node, router_url, slot)
     return json.dumps(doc, indent=1, sort_keys=True) + "\n"
 
 
-def plan_replica_supervise(config: KitConfig, node: int, router_url: str | None) -> dict[str, Any]:
+def plan_replica_supervise(config: KitConfig, node: int, router_url: str | None, slot: int = 0) -> dict[str, Any]:
     """model.dp_lb router (issue 29): each replica is its own supervised group, so a dead one is
     restarted alone while the others serve. Its coordinator runs on its first node (where its API
     server is), its agents on its nodes; on a failure the coordinator takes it out of the router
-    at `router_url`, and puts it back once ready."""
-    replica = node_replica(config, node)
+    at `router_url`, and puts it back once ready. Replicas that share a node each have their own
+    files (run_files of their slot), coordinator port (ports.supervisor + slot) and agent, which
+    counts only the engines of its own serve group."""
+    replica = node_replica(config, node, slot)
+    files = run_files(replica.slot)
     doc = plan_supervise(config)
     doc.update(
         {
             "replica": replica.index,
-            "port": config.ports.supervisor,
+            "port": config.ports.supervisor + replica.slot,
             "api_port": replica.port,
+            "serve_script": files.serve_script,
+            "serve_log": files.serve_log,
+            "pid_file": files.pid_file,
+            "own_engines_only": replicas_per_node(config) > 1,
             "nodes": [_node_name(rank) for rank in replica.nodes],
             "engines": ["0"],  # one engine per replica (no DP group)
             "coordinator_rank": replica.head,
@@ -95,11 +139,11 @@ def plan_replica_supervise(config: KitConfig, node: int, router_url: str | None)
     return doc
 
 
-def node_replica(config: KitConfig, node: int) -> Replica:
-    """The one replica on node `node` (supervised replicas fill whole nodes: kit.plan.checks)."""
-    found = replicas_on(config, node)
+def node_replica(config: KitConfig, node: int, slot: int = 0) -> Replica:
+    """The replica in slot `slot` of node `node`."""
+    found = [r for r in replicas_on(config, node) if r.slot == slot]
     if len(found) != 1:
-        raise ValueError(f"node {node} holds {len(found)} replicas: supervised replicas need whole nodes")
+        raise ValueError(f"node {node} holds no replica in slot {slot}")
     return found[0]
 
 

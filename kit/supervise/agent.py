@@ -47,6 +47,9 @@ class AgentConfig:
     tail_lines: int = 12
     abandon_s: float = 3600.0  # no coordinator for this long: the supervision is over, the agent exits
     resume_file: str | None = None  # the node's resume mark (kit/supervise/main.py): gone when it exits
+    # Count only the engines of its own serve group: router replicas that share a node (issue 29)
+    # each have an agent of their own in the same container.
+    own_engines_only: bool = False
 
 
 Post = Callable[[dict[str, Any]], dict[str, Any]]
@@ -107,9 +110,9 @@ class Agent:
         self.exiting = False
         self.orphaned = False
         self.last_error: str | None = None
-        # Engines of this agent's group only (tests on a host whose /proc holds other vLLMs); in a
-        # node container every engine of the node is its own.
-        self.only_own = only_own
+        # Engines of this agent's group only (replicas sharing a node; tests on a host whose /proc
+        # holds other vLLMs); otherwise every engine of the node container is its own.
+        self.only_own = only_own or config.own_engines_only
 
     # ---- what it reports --------------------------------------------------------------------
 
@@ -274,6 +277,7 @@ def load_config(directory: str, environ: dict[str, str] | None = None) -> AgentC
         grace_s=float(doc.get("grace_s", 10)),
         abandon_s=float(doc.get("abandon_s", 3600)),
         resume_file=str(Path(directory, "resume")),
+        own_engines_only=doc.get("own_engines_only") is True,
     )
 
 

@@ -15,9 +15,12 @@ printf '%s\n' '["VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "CUD
 # The mp backend has no cluster phase: `kit serve` starts `vllm serve` on every node. The node
 # only holds GPUs, mounts and environment until then.
 # A restarted container resumes the supervision `kit serve --supervise` left in it (issue 18;
-# kit/supervise/main.py): its run directory survives a restart, `kit down` removes both.
-if [ -f /tmp/kit/supervise/resume ]; then
-  python3 /tmp/kit/supervise/kit-supervise.pyz resume /tmp/kit/supervise || echo "kit: cannot resume supervision" >&2
-fi
+# kit/supervise/main.py): its run directory (one per replica where router replicas share the
+# node) survives a restart, `kit down` removes them with the container.
+for run in /tmp/kit/supervise /tmp/kit/supervise-[1-9]*; do
+  if [ -f "${run}/resume" ]; then
+    python3 "${run}/kit-supervise.pyz" resume "${run}" || echo "kit: cannot resume supervision in ${run}" >&2
+  fi
+done
 echo "KIT_READY role=worker rank=${KIT_NODE_RANK:-0} node_ip=${VLLM_HOST_IP}"
 exec sleep infinity

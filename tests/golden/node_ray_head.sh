@@ -19,10 +19,13 @@ ray start --head --node-ip-address="${VLLM_HOST_IP}" --port=6379 --ray-client-se
 ray_pid=$!
 trap 'ray stop --force >/dev/null 2>&1 || true; kill "${ray_pid}" 2>/dev/null || true; exit 0' TERM INT
 # A restarted container resumes the supervision `kit serve --supervise` left in it (issue 18;
-# kit/supervise/main.py): its run directory survives a restart, `kit down` removes both.
-if [ -f /tmp/kit/supervise/resume ]; then
-  python3 /tmp/kit/supervise/kit-supervise.pyz resume /tmp/kit/supervise || echo "kit: cannot resume supervision" >&2
-fi
+# kit/supervise/main.py): its run directory (one per replica where router replicas share the
+# node) survives a restart, `kit down` removes them with the container.
+for run in /tmp/kit/supervise /tmp/kit/supervise-[1-9]*; do
+  if [ -f "${run}/resume" ]; then
+    python3 "${run}/kit-supervise.pyz" resume "${run}" || echo "kit: cannot resume supervision in ${run}" >&2
+  fi
+done
 
 # Barrier: wait until every node AND the expected GPU total are alive (FIELD_NOTES §1 row 17);
 # kit/cluster/ray_barrier.py, carried here as one quoted word.

@@ -205,6 +205,86 @@ def test_each_replica_is_its_own_supervised_group_with_its_coordinator_on_its_fi
     assert one["coordinator_address_env"] == "VLLM_HOST_IP"
 
 
+def test_replicas_that_share_a_node_are_groups_of_their_own_with_their_own_files_and_ports() -> None:
+    """Two TP1 replicas on one 2-GPU node, supervised: each its own serve script (only its own
+    `vllm serve`, exec'd), run directory, coordinator port and agent that counts only its own
+    group's engines, so a failure of one never stops the other."""
+    from kit.plan.supervise import run_files, slot_of
+
+    config = router_config(1, 2, 1, 2, **{"supervise.enabled": True})
+    docs = [plan_replica_supervise(config, 0, "http://192.0.2.9:8000", slot) for slot in (0, 1)]
+    assert [d["replica"] for d in docs] == [0, 1]
+    assert [d["port"] for d in docs] == [29570, 29571] and [d["api_port"] for d in docs] == [8100, 8101]
+    assert [d["serve_script"] for d in docs] == ["/tmp/kit/serve.sh", "/tmp/kit/serve-1.sh"]
+    assert [d["serve_log"] for d in docs] == ["/tmp/kit/serve.log", "/tmp/kit/serve-1.log"]
+    assert [d["pid_file"] for d in docs] == ["/tmp/kit/serve.pid", "/tmp/kit/serve-1.pid"]
+    assert all(d["own_engines_only"] is True for d in docs)
+    assert plan_replica_supervise(router_config(2, 1, 1, 2), 1, None)["own_engines_only"] is False
+    assert [run_files(k).run_dir for k in (0, 1)] == ["/tmp/kit/supervise", "/tmp/kit/supervise-1"]
+    assert [slot_of(run_files(k).run_dir) for k in (0, 1, 7)] == [0, 1, 7]
+    for other in ("/tmp/kit/supervise-x", "/tmp/kit/supervise-01", "/tmp/kit/supervise-", "/tmp/kit/sup", "/etc"):
+        with pytest.raises(ValueError):
+            slot_of(other)
+    both = serve_script(config, HEAD)
+    one = serve_script(config, HEAD, slot=1)
+    assert "--port 8101" in one and "--port 8100" not in one and "exec vllm serve" in one and "wait -n" not in one
+    assert "--port 8100" in both and "--port 8101" in both and "wait -n" in both
+    with pytest.raises(ValueError):
+        serve_script(config, HEAD, slot=2)
+
+
+def test_supervised_replicas_on_a_node_need_a_coordinator_port_each() -> None:
+    config = router_config(1, 2, 1, 2, **{"supervise.enabled": True, "ports.supervisor": 29499})
+    with pytest.raises(ConfigError) as err:
+        check_config(config, {})
+    assert err.value.key == "ports.supervisor"
+    assert (
+        "2 replicas on a node use ports.supervisor 29499-29500, and port 29500 is ports.mp_master" in err.value.message
+    )
+    check_config(router_config(1, 2, 1, 2, **{"ports.supervisor": 29499}), {})  # unsupervised: one port
+
+
+def test_stopping_a_node_asks_each_of_its_coordinators_and_ends_each_group_by_its_own_pid_file(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kit.cluster.supervision.stop finds the run directories in the container (not in a config):
+    each coordinator there is asked to stop, then each group is ended by its own pid file; a
+    directory kit does not name is left alone. (A fake runtime: the real containers are in
+    tests/integration; this is which command goes where.)"""
+    from kit.cluster import supervision as host
+    from kit.runtime.base import ExecResult, NodeHandle
+
+    asked: set[str] = set()
+    calls: list[list[str]] = []
+
+    class Runtime:
+        def exec(self, node: NodeHandle, argv: list[str], **_: Any) -> ExecResult:
+            calls.append(list(argv))
+            if argv[0] == "find":
+                return ExecResult(0, "/tmp/kit/supervise-1\n/tmp/kit/supervise\n/tmp/kit/supervise-old\n", "")
+            if argv[:2] == ["python3", "-c"]:
+                return ExecResult(0, 'KIT_SUPERVISE_STOPPED {"agent": 7}\n', "")
+            if "ctl" in argv:
+                asked.add(argv[argv.index("ctl") + 1])
+            return ExecResult(0, "", "")
+
+    monkeypatch.setattr(host, "is_active", lambda runtime, node, run_dir: run_dir not in asked)
+    head = NodeHandle("kit-t-head", "t", "head", 0, "running", "10.0.0.10", labels={"kit.router": "true"})
+    out = host.stop(Runtime(), [head], "test")  # type: ignore[arg-type]
+    assert [c for c in calls if "ctl" in c] == [
+        ["python3", "/tmp/kit/supervise/kit-supervise.pyz", "ctl", "/tmp/kit/supervise", "stop", "test"],
+        ["python3", "/tmp/kit/supervise-1/kit-supervise.pyz", "ctl", "/tmp/kit/supervise-1", "stop", "test"],
+    ]
+    assert [c[3:] for c in calls if c[:2] == ["python3", "-c"]] == [
+        ["/tmp/kit/supervise", "/tmp/kit/serve.pid"],
+        ["/tmp/kit/supervise-1", "/tmp/kit/serve-1.pid"],
+    ]
+    assert out == {
+        "asked_coordinator": True,
+        "nodes": {"kit-t-head": {"agent": 7}, "kit-t-head (slot 1)": {"agent": 7}},
+    }
+
+
 # ---- the coordinator drains and readmits its replica ------------------------------------------------
 
 
@@ -286,7 +366,7 @@ def test_partial_node_replicas_hold_their_ports_for_the_host_share_check() -> No
     config = router_config(1, 8, 2, 4, **{"supervise.enabled": True})
     assert host_ports(config, HEAD) == {
         "ports.replica": (8100, 8103),
-        "ports.supervisor": (29570, 29570),
+        "ports.supervisor": (29570, 29573),  # each replica's coordinator: ports.supervisor + its slot
         "ports.api": (8000, 8000),
         "ports.router_metrics": (29000, 29000),
     }
@@ -495,11 +575,12 @@ def test_kit_serve_supervise_waits_through_an_unanswered_readmission_but_not_a_r
         ev.Event(2.0, "ready", "serving again", 2, 1),
         ev.Event(3.0, "readmitted", "back into the router", 2, 1),
     ]
-    monkeypatch.setattr(sr.host, "read_events", lambda runtime, node, start: script[start : start + 1])
+    monkeypatch.setattr(sr.host, "read_events", lambda runtime, node, start, run_dir: script[start : start + 1])
     head = NodeHandle("kit-t-head", "t", "head", 0, "running", "10.0.0.10")
+    [group] = sr.groups_on(router_config(2, 1, 1, 2), [head], coordinators=True)
     shown: list[str] = []
     try:
-        sr.until_admitted(None, [head], lambda e: shown.append(e.kind), poll_s=0)  # type: ignore[arg-type]
+        sr.until_admitted(None, [group], lambda e: shown.append(e.kind), poll_s=0)  # type: ignore[arg-type]
         got = "admitted"
     except StartError as err:
         got = "stopped"

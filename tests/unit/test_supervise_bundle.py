@@ -67,9 +67,31 @@ def test_the_bundle_runs_without_site_packages(pyz: Path) -> None:
     assert usage.returncode == 2 and "launch DIR" in usage.stderr
 
 
-def test_the_resume_hook_names_kits_own_paths() -> None:
+def test_the_resume_hook_resumes_every_marked_run_directory_kit_names(tmp_path: Path) -> None:
+    """The node entrypoint's hook, run by bash with /tmp/kit moved under tmp_path: the node's run
+    directory and each replica slot's (run_files) resume when marked, nothing else does."""
+    from kit.plan.supervise import run_files
+
     hook = (ROOT / "kit" / "templates" / "_supervise_resume.sh.j2").read_text()
-    assert f"{RUN_DIR}/resume" in hook and f"python3 {RUN_DIR}/{main.BUNDLE_NAME} resume {RUN_DIR}" in hook
+    assert "{{" not in hook and "{%" not in hook, "the hook is plain shell (no template values)"
+    root = tmp_path / "kit"
+    record = tmp_path / "resumed"
+    fake = f"import sys\nopen({str(record)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+    dirs = {run_files(0).run_dir: True, run_files(1).run_dir: True, run_files(2).run_dir: False}
+    dirs["/tmp/kit/supervise-x"] = True  # not a name kit gives
+    for run_dir, marked in dirs.items():
+        here = root / Path(run_dir).relative_to("/tmp/kit")
+        here.mkdir(parents=True)
+        (here / main.BUNDLE_NAME).write_text(fake)
+        if marked:
+            (here / "resume").touch()
+    done = subprocess.run(["bash", "-c", hook.replace("/tmp/kit", str(root))], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert sorted(record.read_text().splitlines()) == [
+        f"resume {root}/supervise",
+        f"resume {root}/supervise-1",
+    ]
+    assert run_files(0).run_dir == RUN_DIR
 
 
 def test_launch_starts_an_agent_once_and_stop_py_ends_it(pyz: Path, tmp_path: Path) -> None:

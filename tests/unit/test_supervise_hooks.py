@@ -161,3 +161,27 @@ def test_the_dry_run_says_it_is_supervised_and_shows_the_settings() -> None:
     assert doc["supervise"]["nodes"] == ["head", "worker-1"] and doc["supervise"]["liveness_s"] == 12
     text = CliRunner().invoke(cli, args).output
     assert "\n# supervised: an agent on 2 node(s)" in text and "liveness 12 s" in text  # stderr: the key warning
+
+
+def test_render_status_gives_each_router_replica_its_own_supervisor_line() -> None:
+    """Router replicas (issue 29): each replica's coordinator state under its row; a replica whose
+    first node is on another host has none."""
+    sup = {"active": True, "phase": "serving", "generation": 2, "restarts": 1, "last_failure": None}
+    row = {"replica": 1, "nodes": [0], "port": 8101, "url": "http://h:8101", "routed": True, "healthy": True}
+    router = {
+        "url": "http://h:8000",
+        "container": "kit-c-router",
+        "state": "running",
+        "policy": "round_robin",
+        "replicas": [
+            {**row, "server": {"serving": True}, "supervise": sup},
+            {**row, "replica": 2, "nodes": [1], "url": None, "routed": False, "healthy": None},
+        ],
+        "others": [],
+    }
+    assert render_status({"router": router}) == [
+        "router: kit-c-router running at http://h:8000 (round_robin)",
+        "  replica 1 (nodes [0]): http://h:8101: routed, healthy, serving",
+        "    supervisor: active, serving, generation 2, 1 restart(s)",
+        "  replica 2 (nodes [1]): on another host: NOT ROUTED, -, -",
+    ]
