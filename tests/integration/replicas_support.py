@@ -104,17 +104,45 @@ class Load:
         }
 
 
-def replica_events(container: Any) -> list[Any]:
-    return sup.read_events(container)
+def replica_events(container: Any, slot: int = 0) -> list[Any]:
+    """The supervision record of the replica in `slot` of the node (its coordinator's run directory)."""
+    from kit.plan.supervise import run_files
+    from kit.supervise import events
+
+    text = sup.exec_out(container, ["cat", f"{run_files(slot).run_dir}/events.jsonl"])
+    return events.parse_lines(text.splitlines())
 
 
-def wait_kinds(container_of: Any, kinds: list[str], *, after: float, timeout: float) -> dict[str, Any]:
-    """Each of `kinds`, in order, recorded after wall time `after` by the coordinator in
-    container_of() (a container that may be restarted meanwhile)."""
+def wait_kinds(container_of: Any, kinds: list[str], *, after: float, timeout: float, slot: int = 0) -> dict[str, Any]:
+    """Each of `kinds`, in order, recorded after wall time `after` by the coordinator of the
+    replica in `slot` of the node in container_of() (a container that may be restarted meanwhile)."""
     found: dict[str, Any] = {}
     start = after
+    end = time.monotonic() + timeout
     for kind in kinds:
-        event = sup.wait_event(container_of, kind, after=start, timeout=timeout)
-        found[kind] = event
-        start = event.ts
+        while kind not in found:
+            try:
+                hits = [e for e in replica_events(container_of(), slot) if e.kind == kind and e.ts >= start]
+            except Exception:  # the node is restarting: its exec fails for a moment
+                hits = []
+            if hits:
+                found[kind] = hits[0]
+                start = hits[0].ts
+            elif time.monotonic() > end:
+                raise AssertionError(f"slot {slot}: no {kind} within {timeout} s")
+            else:
+                time.sleep(1)
     return found
+
+
+def replica_processes(container: Any, ports: tuple[int, ...] = (8100, 8101)) -> dict[int, dict[str, Any]]:
+    """Per replica API port on the node: its `vllm serve` (pid, process group) and the engines of
+    that process group."""
+    rows = sup.processes(container)
+    serve = sup.serving_processes(container)["serve"]
+    out = {}
+    for port in ports:
+        [mine] = [p for p in serve if f"--port {port}" in p["cmd"]]
+        engines = [p["pid"] for p in rows if p["cmd"].startswith("VLLM::") and p["pgid"] == mine["pgid"]]
+        out[port] = {"serve": mine["pid"], "pgid": mine["pgid"], "engines": sorted(engines)}
+    return out

@@ -1,17 +1,17 @@
 """Replicas behind one endpoint (issue 29) on the real CPU engine: two replicas of TP=1 (one per
 container-node: model.dp_lb router, DP=2) behind vLLM's router (kit's router image), with an API
 key, under `kit serve --supervise`; a steady load through the endpoint with kit's bench runner in
-its keep-going mode the whole time. Each fault is injected for real into one replica:
+its keep-going mode the whole time. The fault is injected for real into one replica: docker kill
+of its node container (then started again: `docker kill` is a manual stop no restart policy
+undoes): the router's health check stops routing to it, the node's entrypoint resumes the
+coordinator, which restarts the replica and readmits it. The endpoint keeps answering from the
+other replica: the failed requests are at most the ones in flight on the dead replica (the router
+retries the others on the live one), and every step is in the replica's event record (detected,
+drained, ..., ready, readmitted).
 
-1. kill -9 of its engine process: its coordinator takes it out of the router, restarts it alone
-   and puts it back; the other replica's processes are untouched;
-2. docker kill of its node container (then started again: `docker kill` is a manual stop no
-   restart policy undoes): the router's health check stops routing to it, the node's entrypoint
-   resumes the coordinator, which restarts the replica and readmits it.
-
-Each time the endpoint keeps answering from the other replica: the failed requests are at most
-the ones in flight on the dead replica (the router retries the others on the live one), and every
-step is in the replica's event record (detected, drained, ..., ready, readmitted).
+kill -9 of one replica's engine is the fault of tests/integration/test_replicas_shared_node.py,
+where the replica shares its node with another (the harder case: its neighbour in the same
+container must not be touched); it is not repeated here (CI time, issue 26).
 
 Heavy: run alone, under the shared lock:
     flock /tmp/kit-docker.lock pytest tests/integration/test_replicas_cluster.py -x -q -s
@@ -156,17 +156,6 @@ def outage(cluster: dict[str, Any], fault: Any, restore: Any = None) -> dict[str
     return result
 
 
-def test_kill_9_of_one_replicas_engine_restarts_it_alone_while_the_endpoint_answers(cluster: dict[str, Any]) -> None:
-    worker = node(cluster, "worker-1")
-    r = outage(cluster, lambda: sup.signal_title(worker, "KILL", "VLLM::EngineCore"))
-    assert r["head_untouched"], "the other replica was restarted too"
-    assert r["kinds"][:2] == ["detected", "stopping"] and "drained" in r["kinds"], r["kinds"]
-    assert r["kinds"][-2:] == ["ready", "readmitted"], r["kinds"]
-    during = r["during"]
-    assert during["answered"] > 0, during  # the endpoint kept answering from replica 0
-    assert during["failed"] <= 4, during  # at most what was in flight on the dead replica
-
-
 def test_docker_kill_of_one_replicas_node_is_drained_then_restarted_and_readmitted(cluster: dict[str, Any]) -> None:
     worker = node(cluster, "worker-1")
     r = outage(cluster, worker.kill, restore=worker.start)
@@ -175,3 +164,6 @@ def test_docker_kill_of_one_replicas_node_is_drained_then_restarted_and_readmitt
     during = r["during"]
     assert during["answered"] > 0, during
     assert during["availability"] >= 0.9 or during["failed"] <= 4, during
+    # Replica 1's record lives with its coordinator, on its first node (the worker).
+    record = cluster["kit"]("logs", "--events", "--role", "worker", "--rank", "1", "--tail", "all")
+    assert record.returncode == 0 and "readmitted" in record.stdout, record.stderr
