@@ -15,6 +15,9 @@ runner with --keep-going (every failure counted and timed), `--rate` requests a 
   outage    from the fault to the replica's `readmitted` (replicas) / the group's `ready` (group):
             requests sent, answered (whole answers), availability = answered / sent; goal with two
             replicas: availability >= 0.9.
+  --layout shared  the same on ONE container-node of two slots (gpus_per_node 2): the two
+            replicas share the node (each its own supervised group: kill -9 of replica 1's engine
+            leaves replica 0 beside it alone), and the group is DP=2 on that one node.
   overhead  TTFT at concurrency 1 through the router (round robin over both replicas) vs straight
             at the replicas in the same order (rounds alternate), a pause between requests
             (--overhead-pause, 1.2 s): p50 added by the router; goal <= 2 ms. Without the pause
@@ -23,7 +26,7 @@ runner with --keep-going (every failure counted and timed), `--rate` requests a 
             answered ~1 s late with or without a router (benchmarks/_overhead.py has the figures).
 
     python benchmarks/failover.py [--rate 2] [--overhead-requests 20] [--rounds 2] [--overhead-pause 1.2]
-        [--no-api-key]
+        [--no-api-key] [--layout nodes|shared]
         [--only all|overhead] [--json]
 """
 
@@ -36,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,25 +75,35 @@ def kit(args: list[str], env: dict[str, str], timeout: float = 900) -> subproces
 
 
 def outage(
-    client: Any, name: str, url: str, key: str | None, rate: float, events_in: str, until: str
+    client: Any, url: str, key: str | None, rate: float, fault: Callable[[], Any], events_in: Any, until: str, slot: int
 ) -> dict[str, Any]:
-    """Load, kill -9 the worker's engine, wait for `until` in the coordinator of `events_in`."""
+    """Load, `fault()`, wait for `until` in the coordinator of the group in `slot` of the node
+    events_in() gives."""
     load = rep.Load(url, key, rate=rate, concurrency=4, seconds=400).start()
     time.sleep(8)
-    worker = client.containers.get(f"kit-{name}-worker-1")
-    fault = time.time()
-    sup.signal_title(worker, "KILL", "VLLM::EngineCore")
-    box = client.containers.get(f"kit-{name}-{events_in}")
-    done = sup.wait_event(lambda: box, until, after=fault, timeout=400)
-    detected = sup.wait_event(lambda: box, "detected", after=fault - 1, timeout=10)
+    fault_at = time.time()
+    fault()
+    found = rep.wait_kinds(events_in, ["detected", until], after=fault_at - 1, timeout=400, slot=slot)
     time.sleep(3)
     load.stop()
-    summary = load.summary(fault, done.ts)
+    summary = load.summary(fault_at, found[until].ts)
     return {
-        "detect_s": round(detected.ts - fault, 1),
-        "back_s": round(done.ts - fault, 1),
+        "detect_s": round(found["detected"].ts - fault_at, 1),
+        "back_s": round(found[until].ts - fault_at, 1),
         **summary,
     }
+
+
+def kill_replica_engine(client: Any, container: str, port: int) -> Callable[[], Any]:
+    """kill -9 of the engines of the replica whose API server listens on `port` in `container`
+    (its own process group: a replica beside it on the node keeps its engines)."""
+
+    def fault() -> None:
+        box = client.containers.get(container)
+        for pid in rep.replica_processes(box, (port,))[port]["engines"]:
+            box.exec_run(["kill", "-9", str(pid)])
+
+    return fault
 
 
 def wait_routed(router: str, key: str | None, count: int, timeout: float = 300) -> None:
@@ -117,6 +131,9 @@ def main() -> int:
         "--no-api-key", action="store_true", help="serve without api_key_file (the router then checks no key)"
     )
     parser.add_argument("--only", choices=("all", "overhead"), default="all", help="overhead: skip both outages")
+    parser.add_argument(
+        "--layout", choices=("nodes", "shared"), default="nodes", help="shared: both replicas on one node"
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     key = None if args.no_api_key else KEY
@@ -130,18 +147,25 @@ def main() -> int:
     name = f"kfail{os.getpid() % 10000}"
     env.update(two_node_mp_env(name, hf, None if key is None else key_file, second_octet=args.subnet_octet))
     env.update(SUPERVISE)
+    shared = args.layout == "shared"
+    if shared:
+        env.update({"KIT_NODES": "1", "KIT_GPUS_PER_NODE": "2"})
+    roles = ("--head",) if shared else ("--worker", "--head")
     routed = {**env, "KIT_MODEL_DP_LB": "router"}
-    out: dict[str, Any] = {}
+    out: dict[str, Any] = {"layout": args.layout}
     try:
         rep.ensure_router_image(client, lambda *a: kit(list(a), env), root)
-        for role in ("--worker", "--head"):
+        for role in roles:
             kit(["up", role], routed)
         served = json.loads(kit(["serve", "--supervise", "--detach", "--json"], routed, 900).stdout)["result"]
         url = served["url"]
         head_ip = client.containers.get(f"kit-{name}-head").labels["kit.node-ip"]
-        worker_ip = client.containers.get(f"kit-{name}-worker-1").labels["kit.node-ip"]
         wait_routed(url, key, 2)
-        replicas = [f"http://{ip}:8100" for ip in (head_ip, worker_ip)]  # ports.replica, one per node
+        if shared:  # ports.replica + each replica's slot on the one node
+            replicas = [f"http://{head_ip}:{port}" for port in (8100, 8101)]
+        else:  # ports.replica, one replica per node
+            worker_ip = client.containers.get(f"kit-{name}-worker-1").labels["kit.node-ip"]
+            replicas = [f"http://{ip}:8100" for ip in (head_ip, worker_ip)]
         out["overhead"] = {
             "api_key": key is not None,
             **router_vs_direct(url, replicas, args.overhead_requests, args.rounds, key, pause_s=args.overhead_pause),
@@ -149,12 +173,33 @@ def main() -> int:
         if args.only == "overhead":
             return report(out, args.json)
         wait_routed(url, key, 2)
-        out["replicas"] = outage(client, name, url, key, args.rate, "worker-1", "readmitted")
+        # replica 1: the worker's (slot 0 there), or slot 1 of the one node
+        where = f"kit-{name}-head" if shared else f"kit-{name}-worker-1"
+        out["replicas"] = outage(
+            client,
+            url,
+            key,
+            args.rate,
+            kill_replica_engine(client, where, 8101 if shared else 8100),
+            lambda: client.containers.get(where),
+            "readmitted",
+            slot=1 if shared else 0,
+        )
         kit(["down"], routed)  # today's whole-group restart on fresh nodes of the same shape
-        for role in ("--worker", "--head"):
+        for role in roles:
             kit(["up", role], env)
         kit(["serve", "--supervise", "--detach"], env, 900)
-        out["group"] = outage(client, name, f"http://{head_ip}:8000", key, args.rate, "head", "ready")
+        group_where = f"kit-{name}-head" if shared else f"kit-{name}-worker-1"
+        out["group"] = outage(
+            client,
+            f"http://{head_ip}:8000",
+            key,
+            args.rate,
+            lambda: sup.signal_title(client.containers.get(group_where), "KILL", "VLLM::EngineCore_DP1"),
+            lambda: client.containers.get(f"kit-{name}-head"),
+            "ready",
+            slot=0,
+        )
     finally:
         subprocess.run([sys.executable, "-m", "kit", "down"], env=env, capture_output=True, check=False)
     return report(out, args.json)
@@ -164,7 +209,7 @@ def report(out: dict[str, Any], as_json: bool) -> int:
     if as_json:
         print(json.dumps(out, indent=2))
         return 0
-    print("outage after kill -9 of one engine under load (fault -> back in service)")
+    print(f"layout {out['layout']}: outage after kill -9 of one engine under load (fault -> back in service)")
     print(f"{'':10} {'detect s':>9} {'back s':>7} {'sent':>5} {'answered':>9} {'availability':>13}")
     for what in ("replicas", "group"):
         if what not in out:

@@ -374,7 +374,7 @@ class Cluster:
 
     # ---- serving ------------------------------------------------------------------------
     def plan_serve(self) -> ServePlan:
-        return _serving.plan_serve(self.config, env=self.model_cache().env)
+        return _serving.plan_serve(self.config, env=self.model_cache().env, supervised=self.config.supervise.enabled)
 
     def serve(
         self,

@@ -12,7 +12,7 @@ from typing import Any
 
 from kit.config import KitConfig
 from kit.errors import ConfigError, KitError, StartError
-from kit.plan.replicas import router_mode
+from kit.plan.replicas import replicas_on, replicas_per_node, router_mode
 from kit.plan.roles import Role
 from kit.plan.router import router_url
 from kit.plan.scripts import SERVE_LOG, serve_script
@@ -81,6 +81,7 @@ class ServeResult:
 class NodeServe:
     role: Role
     script: str
+    slot: int | None = None  # supervised router replicas sharing the node: the replica's slot
 
 
 @dataclass(frozen=True)
@@ -94,14 +95,31 @@ class ServePlan:
     router: list[str] | None = None
 
 
-def plan_serve(config: KitConfig, *, env: Mapping[str, str] | None = None) -> ServePlan:
+def plan_serve(config: KitConfig, *, env: Mapping[str, str] | None = None, supervised: bool = False) -> ServePlan:
     """The serve script of every node that runs `vllm serve`: the head (Ray), every node (mp),
-    exporting `env` (the offline decision, kit.cluster.model). Pure."""
+    exporting `env` (the offline decision, kit.cluster.model). Supervised router replicas that
+    share a node have one script each (kit.cluster.supervised_replicas installs these). Pure."""
     roles = [Role("head", 0)]
     if config.backend == "mp":
         roles += [Role("worker", rank) for rank in range(1, config.nodes)]
-    scripts = [NodeServe(r, serve_script(config, r, env=env)) for r in roles]
+    if supervised and router_mode(config) and replicas_per_node(config) > 1:
+        scripts = [
+            NodeServe(r, serve_script(config, r, env=env, slot=replica.slot), replica.slot)
+            for r in roles
+            for replica in replicas_on(config, r.rank)
+        ]
+    else:
+        scripts = [NodeServe(r, serve_script(config, r, env=env)) for r in roles]
     return ServePlan(config.cluster, config.backend, scripts, planned_router(config) if router_mode(config) else None)
+
+
+def planned_ips(config: KitConfig) -> dict[int, str]:
+    """The node IPs as the plan knows them: the simulation network's, else the head's
+    (head_address; the placeholder HEAD_IP where this host cannot know it)."""
+    if config.network:
+        base = ipaddress.IPv4Network(config.network_subnet).network_address
+        return {rank: str(base + 10 + rank) for rank in range(config.nodes)}
+    return {0: config.head_address or "HEAD_IP"}
 
 
 def planned_router(config: KitConfig) -> list[str]:
@@ -110,11 +128,7 @@ def planned_router(config: KitConfig) -> list[str]:
     from kit.plan.container_args import to_docker_argv
     from kit.plan.router import known_workers, plan_router
 
-    if config.network:
-        base = ipaddress.IPv4Network(config.network_subnet).network_address
-        ips = {rank: str(base + 10 + rank) for rank in range(config.nodes)}
-    else:
-        ips = {0: config.head_address or "HEAD_IP"}
+    ips = planned_ips(config)
     return to_docker_argv(plan_router(config, ips[0], known_workers(config, ips)))
 
 

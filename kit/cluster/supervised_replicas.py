@@ -24,12 +24,10 @@ from dataclasses import dataclass
 
 from kit.cluster import replicas as _replicas
 from kit.cluster import supervision as host
-from kit.cluster.serving import ServeResult, alive, serving_nodes
+from kit.cluster.serving import ServeResult, alive, plan_serve, serving_nodes
 from kit.config import KitConfig
 from kit.errors import KitError, StartError
 from kit.plan.replicas import Replica, replica_of_head, replicas_on, replicas_per_node
-from kit.plan.roles import Role
-from kit.plan.scripts import serve_script
 from kit.plan.supervise import run_files, supervise_json
 from kit.runtime.base import NodeHandle, Runtime
 from kit.supervise import events
@@ -96,10 +94,13 @@ def serve_replicas_supervised(
             url = _replicas.ensure_router(config, runtime, head.ip or "", local, on_progress=on_progress)
         token = secrets.token_hex(16)
         groups = groups_on(config, targets)
+        # The scripts `kit serve --supervise --dry-run` prints: one per replica slot where they share a node.
+        planned = plan_serve(config, env=serve_env, supervised=True).nodes
+        scripts = {(n.role.rank, n.slot or 0): n.script for n in planned}
         for group in groups:
             node, slot = group.node, group.replica.slot
             settings = supervise_json(config, node=node.rank, router_url=url, slot=slot)
-            script = serve_script(config, Role(node.role, node.rank), env=serve_env, slot=slot)
+            script = scripts[(node.rank, slot)]
             host.install(runtime, node, serve_script=script, settings=settings, token=token, where=run_files(slot))
         for group in sorted(groups, key=lambda g: g not in heads):  # coordinators first
             launched = host.launch(runtime, group.node, group.run_dir)

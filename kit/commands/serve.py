@@ -20,7 +20,9 @@ from kit.layout import Layout
 from kit.output import emit, progress, warn
 from kit.plan.container_args import to_apptainer_env, to_apptainer_start_argv, to_docker_argv
 from kit.plan.node import ContainerSpec
+from kit.plan.replicas import plan_replicas, router_mode
 from kit.plan.roles import HEAD
+from kit.plan.router import router_url
 from kit.render import shell_quote, shell_words
 from kit.supervise.events import Event
 
@@ -129,7 +131,10 @@ def command(
         if config.supervise.enabled:  # issue 18: what the supervisor is told (supervise.json)
             from kit.plan.supervise import plan_supervise, supervised_text
 
-            plan["supervise"] = plan_supervise(config)
+            if router_mode(config):  # issue 29: each replica's group has its own
+                plan["supervise_replicas"] = planned_replica_supervision(config)
+            else:
+                plan["supervise"] = plan_supervise(config)
             prefix = supervised_text(config) + "\n"
         emit(DryRun(plan, warnings.lines, prefix), as_json=as_json)
         return
@@ -240,9 +245,27 @@ def to_dict(plan: ServePlan, layout: Layout) -> dict[str, Any]:
         "backend": plan.backend,
         "parallel": {"tp": layout.tp, "pp": layout.pp, "dp": layout.dp, "ep": layout.ep},
         "layout_from": layout.decided_by,
-        "nodes": [{"role": n.role.kind, "rank": n.role.rank, "script": n.script} for n in plan.nodes],
+        "nodes": [
+            {
+                "role": n.role.kind,
+                "rank": n.role.rank,
+                **({} if n.slot is None else {"slot": n.slot}),
+                "script": n.script,
+            }
+            for n in plan.nodes
+        ],
         **({"router": plan.router} if plan.router is not None else {}),
     }
+
+
+def planned_replica_supervision(config: KitConfig) -> list[dict[str, Any]]:
+    """Each router replica's supervise.json, as kit.cluster.supervised_replicas installs it on its
+    nodes (the router's URL as the plan knows the head: HEAD_IP where this host cannot)."""
+    from kit.cluster.serving import planned_ips
+    from kit.plan.supervise import plan_replica_supervise
+
+    url = router_url(config, planned_ips(config)[0])
+    return [plan_replica_supervise(config, r.head, url, r.slot) for r in plan_replicas(config)]
 
 
 def dry_run_text(plan: dict[str, Any]) -> str:
@@ -255,7 +278,8 @@ def dry_run_text(plan: dict[str, Any]) -> str:
         f"# layout decided by: {plan['layout_from']}",
     ]
     for node in plan["nodes"]:
-        lines.append(f"# --- {node['role']} (rank {node['rank']}): script run inside its container")
+        slot = f", replica slot {node['slot']}" if "slot" in node else ""
+        lines.append(f"# --- {node['role']} (rank {node['rank']}){slot}: script run inside its container")
         lines.append(node["script"].rstrip("\n"))
     if plan.get("router"):
         lines.append("# --- the router in front of the replicas (model.dp_lb router): its container")

@@ -41,11 +41,15 @@ class RunFiles:
 
 
 def run_files(slot: int = 0) -> RunFiles:
+    """Slot 0: kit's usual paths; slot K: each with -K before its suffix (serve-K.log)."""
     if slot == 0:
         return RunFiles(RUN_DIR, SERVE_SCRIPT, SERVE_LOG, PID_FILE)
-    return RunFiles(
-        f"{RUN_DIR}-{slot}", f"/tmp/kit/serve-{slot}.sh", f"/tmp/kit/serve-{slot}.log", f"/tmp/kit/serve-{slot}.pid"
-    )
+    return RunFiles(f"{RUN_DIR}-{slot}", *(_slotted(path, slot) for path in (SERVE_SCRIPT, SERVE_LOG, PID_FILE)))
+
+
+def _slotted(path: str, slot: int) -> str:
+    stem, dot, suffix = path.rpartition(".")
+    return f"{stem}-{slot}{dot}{suffix}"
 
 
 def slot_of(run_dir: str) -> int:

@@ -233,6 +233,31 @@ def test_replicas_that_share_a_node_are_groups_of_their_own_with_their_own_files
         serve_script(config, HEAD, slot=2)
 
 
+def test_the_supervised_dry_run_shows_each_replica_slots_own_script_and_settings() -> None:
+    """`kit serve --supervise --dry-run` of replicas sharing a node prints what
+    kit.cluster.supervised_replicas installs (it takes its scripts from the same plan_serve): a
+    script per slot, and each replica's supervise.json; unsupervised, the node's one script."""
+    from kit.cluster.serving import plan_serve
+    from kit.commands.serve import dry_run_text, planned_replica_supervision, to_dict
+
+    config = router_config(1, 2, 1, 2, **{"supervise.enabled": True})
+    plan = plan_serve(config, supervised=True)
+    assert [(n.role.rank, n.slot) for n in plan.nodes] == [(0, 0), (0, 1)]
+    assert [n.script for n in plan.nodes] == [serve_script(config, HEAD, slot=k) for k in (0, 1)]
+    text = dry_run_text(to_dict(plan, config.layout))
+    assert "# --- head (rank 0), replica slot 1: script run inside its container" in text
+    docs = planned_replica_supervision(config)
+    assert [(d["replica"], d["port"], d["serve_script"]) for d in docs] == [
+        (0, 29570, "/tmp/kit/serve.sh"),
+        (1, 29571, "/tmp/kit/serve-1.sh"),
+    ]
+    assert {d["router_url"] for d in docs} == {"http://HEAD_IP:8000"}
+    [whole] = plan_serve(config).nodes  # unsupervised: both replicas in one script
+    assert whole.slot is None and "wait -n" in whole.script
+    [spanning] = plan_serve(router_config(1, 2, 2, 1, **{"supervise.enabled": True}), supervised=True).nodes
+    assert spanning.slot is None  # one replica per node: kit's usual one script
+
+
 def test_supervised_replicas_on_a_node_need_a_coordinator_port_each() -> None:
     config = router_config(1, 2, 1, 2, **{"supervise.enabled": True, "ports.supervisor": 29499})
     with pytest.raises(ConfigError) as err:
