@@ -94,18 +94,6 @@ def outage(
     }
 
 
-def kill_replica_engine(client: Any, container: str, port: int) -> Callable[[], Any]:
-    """kill -9 of the engines of the replica whose API server listens on `port` in `container`
-    (its own process group: a replica beside it on the node keeps its engines)."""
-
-    def fault() -> None:
-        box = client.containers.get(container)
-        for pid in rep.replica_processes(box, (port,))[port]["engines"]:
-            box.exec_run(["kill", "-9", str(pid)])
-
-    return fault
-
-
 def wait_routed(router: str, key: str | None, count: int, timeout: float = 300) -> None:
     """Every replica in the router and healthy (were one to fail after its readmission, its
     coordinator restarts and readmits it)."""
@@ -180,7 +168,7 @@ def main() -> int:
             url,
             key,
             args.rate,
-            kill_replica_engine(client, where, 8101 if shared else 8100),
+            lambda: rep.kill_replica_engines(client.containers.get(where), 8101 if shared else 8100),
             lambda: client.containers.get(where),
             "readmitted",
             slot=1 if shared else 0,

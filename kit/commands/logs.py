@@ -88,21 +88,23 @@ def _events(found: Cluster, runtime: ContainerRuntime, head: NodeHandle, tail: i
         out(text, nl=False)
         return
     if read_state(runtime, head, run_dir=files.run_dir) is None:
-        where = f"{head.name}" + (f" slot {files.slot}" if files.slot else "")
         progress(
-            f"no supervisor events: cluster {found.name} is not served under supervision in {where} "
+            f"no supervisor events: cluster {found.name} is not served under supervision in {_where(head, files)} "
             "(`kit serve --supervise` starts it; `kit logs --serve` shows the server's log)"
         )
     else:
         progress(f"no supervisor events yet in {head.name}")
 
 
+def _where(node: NodeHandle, files: RunFiles) -> str:
+    return node.name + (f" slot {files.slot}" if files.slot else "")
+
+
 def _serve_log(runtime: ContainerRuntime, node: NodeHandle, tail: str, files: RunFiles, *, follow: bool) -> None:
     argv = ["tail", "-n", "+1" if tail == "all" else str(tail), files.serve_log]
     result = runtime.exec(node, argv, timeout=30)
     if result.returncode != 0:
-        where = f"{node.name}" + (f" slot {files.slot}" if files.slot else "")
-        progress(f"no server log in {where}: `kit serve` has not run there since it started")
+        progress(f"no server log in {_where(node, files)}: `kit serve` has not run there since it started")
         return
     out(result.stdout, nl=False, raw=True)
     if follow:

@@ -146,3 +146,12 @@ def replica_processes(container: Any, ports: tuple[int, ...] = (8100, 8101)) -> 
         engines = [p["pid"] for p in rows if p["cmd"].startswith("VLLM::") and p["pgid"] == mine["pgid"]]
         out[port] = {"serve": mine["pid"], "pgid": mine["pgid"], "engines": sorted(engines)}
     return out
+
+
+def kill_replica_engines(container: Any, port: int) -> list[int]:
+    """kill -9 of the engines of the replica whose API server listens on `port` in the container
+    (its own process group: a replica beside it on the node keeps its engines); their pids."""
+    pids: list[int] = replica_processes(container, (port,))[port]["engines"]
+    for pid in pids:
+        container.exec_run(["kill", "-9", str(pid)])
+    return pids

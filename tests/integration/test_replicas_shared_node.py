@@ -73,8 +73,7 @@ def test_two_replicas_on_one_node_recover_apart(docker_client: Any, tmp_path: An
         load = rep.Load(url, KEY, rate=0.5, concurrency=2, seconds=RECOVER_S).start()
         time.sleep(6)
         fault_at = time.time()
-        for pid in before[8101]["engines"]:
-            box.exec_run(["kill", "-9", str(pid)])
+        rep.kill_replica_engines(box, 8101)
         found = rep.wait_kinds(lambda: box, ["detected", "readmitted"], after=fault_at - 1, timeout=RECOVER_S, slot=1)
         detected, readmitted = found["detected"], found["readmitted"]
         time.sleep(4)

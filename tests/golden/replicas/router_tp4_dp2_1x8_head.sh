@@ -9,7 +9,8 @@ VLLM_API_KEY="$(cat /run/kit/secrets/api_key)"
 export VLLM_API_KEY
 export HF_HUB_OFFLINE=1
 # 2 replicas share this node, each on its own GPUs and port; when one exits the
-# others are stopped too and the script exits with its code (kit's supervisor restarts the node's group).
+# others are stopped too and the script exits with its code (`kit serve --supervise` runs each replica
+# on its own instead: kit.cluster.supervised_replicas).
 pids=()
 stop() { kill -TERM "${pids[@]}" 2>/dev/null || true; wait || true; }
 trap 'stop; exit 143' TERM INT
